@@ -1,0 +1,26 @@
+# Every target bootstraps .venv by itself: `make run` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test bench dist openapi clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "leadsvc needs Python 3.11+; set PYTHON=python3.11"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[postgres,redis,dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/leadsvc demo
+	$(BIN)/leadsvc serve
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+openapi: $(STAMP)
+	$(BIN)/leadsvc openapi --output schemas/openapi.json
+
+clean:
+	rm -rf $(VENV) var dist build *.egg-info .pytest_cache

@@ -1,0 +1,83 @@
+"""leadsvc: a lead pipeline service. `create_app()` builds it; `LeadService` mounts it into a host app."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from flask import Flask
+from jinja2 import ChoiceLoader, PackageLoader
+from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+from . import db, docs, health, leads, observability, reference
+from .config import load_settings
+from .problems import ProblemApi
+
+__version__ = "0.1.0"
+
+API_DESCRIPTION = """\
+The lead pipeline of one workspace: list, create, read, update and move leads through
+pipeline stages. Every request outside the probes, the docs and web forms carries
+`Authorization: Bearer lsk_...`; errors are RFC 9457 problem documents whose `code` is
+explained at `/docs/api/problems/<code>`."""
+
+
+def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
+               config_file: str | None = None) -> Flask:
+    """The WSGI app: settings from config_file/LEADSVC_CONFIG/./config.toml, the environment, then config."""
+    settings = load_settings(config_file, overrides=config)
+    app = Flask("leadsvc")
+    app.config.update(
+        LEADSVC=settings,
+        MAX_CONTENT_LENGTH=settings["api"]["max_body_bytes"],
+        API_TITLE="leadsvc",
+        API_VERSION=__version__,
+        OPENAPI_VERSION="3.1.0",
+        OPENAPI_URL_PREFIX="/",
+        OPENAPI_JSON_PATH="api/v1/openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="docs",
+        # Relative, so the assets resolve under whatever prefix the app is mounted at.
+        OPENAPI_SWAGGER_UI_URL="docs/assets/swagger_ui/vendor/",
+        OPENAPI_SWAGGER_UI_CONFIG={"persistAuthorization": True, "validatorUrl": None,
+                                   "deepLinking": True, "tryItOutEnabled": True},
+        API_SPEC_OPTIONS={
+            "info": {"description": API_DESCRIPTION},
+            "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
+            "security": [{"bearerAuth": []}],
+        },
+    )
+    app.json.sort_keys = False   # keep the schemas' field order
+    # Package loaders, not the filesystem: templates must also load from inside leadsvc.pyz.
+    app.jinja_loader = ChoiceLoader([PackageLoader("leadsvc", "templates"),
+                                     PackageLoader("flask_smorest", "spec/templates")])
+    db.init_app(app)
+    observability.init_app(app)
+    api = ProblemApi(app)
+    for blueprint in (health.blp, leads.blp, reference.blp):
+        api.register_blueprint(blueprint)
+    app.register_blueprint(docs.blp)
+    app.extensions["leadsvc.api"] = api
+    return app
+
+
+class LeadService:
+    """The API mounted into a host Flask app under a prefix.
+
+    The service runs as its own Flask app behind the prefix (a WSGI dispatcher), so its error
+    handlers, hooks and config never touch the host's pages, and the host's never touch it.
+    """
+
+    def __init__(self, app: Flask | None = None, *, url_prefix: str = "/leads",
+                 config: Mapping[str, Mapping[str, Any]] | None = None, config_file: str | None = None):
+        self.url_prefix = "/" + url_prefix.strip("/")
+        self.config = config
+        self.config_file = config_file
+        self.app: Flask | None = None
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, host: Flask) -> None:
+        if self.url_prefix == "/":
+            raise ValueError("Mount the service under a prefix such as /crm.")
+        self.app = create_app(self.config, config_file=self.config_file)
+        host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {self.url_prefix: self.app})
+        host.extensions["leadsvc"] = self

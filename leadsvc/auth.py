@@ -1,0 +1,207 @@
+"""Bearer tokens, abilities, and the caller's data scope: the one query root for leads."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import re
+import secrets
+from copy import deepcopy
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable, Iterable
+
+import peewee as pw
+from flask import g, request
+
+from .models import BASE62, Lead, Member, Token, Workspace, utcnow
+from .problems import Forbidden, NotFound, Unauthenticated
+
+ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
+             "notes:write", "activities:write", "reports:read", "audit:read")
+ALL = "*"
+# Abilities an agent can never exercise, whatever its token says.
+AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
+
+TOKEN_PREFIX = "lsk_"
+TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
+_LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the token, its member and workspace, and what it may do."""
+
+    token: Token
+    member: Member
+    workspace: Workspace
+    abilities: frozenset[str]
+
+    @property
+    def role(self) -> str:
+        return self.member.role
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def effective_abilities(role: str, granted: Iterable[str]) -> frozenset[str]:
+    abilities = set(ABILITIES) if ALL in granted else set(granted) & set(ABILITIES)
+    return frozenset(abilities - AGENT_EXCLUDED if role == "agent" else abilities)
+
+
+def check_grant(role: str, abilities: Iterable[str]) -> list[str]:
+    """The abilities list for a new token, or ValueError saying what is wrong with it."""
+    wanted = sorted(set(abilities))
+    if not wanted:
+        raise ValueError("Give at least one ability, or * for all.")
+    unknown = [a for a in wanted if a != ALL and a not in ABILITIES]
+    if unknown:
+        raise ValueError(f"Unknown abilities: {', '.join(unknown)}. Known: {', '.join(ABILITIES)}, or *.")
+    if role == "agent" and (barred := AGENT_EXCLUDED.intersection(wanted)):
+        raise ValueError(f"Agents cannot hold {', '.join(sorted(barred))}.")
+    return wanted
+
+
+def issue_token(member: Member, abilities: Iterable[str], *, name: str = "api",
+                expires_in_days: int | None = None) -> tuple[Token, str]:
+    """Create a token for the member; the secret is returned once and only its hash is kept."""
+    if not member.active:
+        raise ValueError(f"Member {member.public_id} is deactivated.")
+    granted = check_grant(member.role, abilities)
+    secret = TOKEN_PREFIX + "".join(secrets.choice(BASE62) for _ in range(40))
+    expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+    token = Token.create(workspace=member.workspace_id, member=member, name=name, abilities=granted,
+                         secret_hash=hash_token(secret), expires_at=expires_at)
+    return token, secret
+
+
+def revoke_token(public_id: str) -> Token:
+    token = Token.get_or_none(Token.public_id == public_id)
+    if token is None:
+        raise LookupError(f"No token {public_id}.")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        token.save(only=[Token.revoked_at])
+    return token
+
+
+def bearer_secret() -> str | None:
+    """The token in the Authorization header, or None when there is no bearer header at all."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
+
+
+def authenticate() -> Caller:
+    """The request's caller, looked up once per request; Unauthenticated when there is none."""
+    if "caller" in g:
+        if g.caller is None:
+            raise Unauthenticated(g.auth_failure)
+        return g.caller
+    try:
+        g.caller = _lookup_caller()
+    except Unauthenticated as exc:
+        g.caller, g.auth_failure = None, exc.detail
+        raise
+    return g.caller
+
+
+def current_caller() -> Caller | None:
+    """The caller if the request has a valid token, else None (for rate-limit keys and logs)."""
+    try:
+        return authenticate()
+    except Unauthenticated:
+        return None
+
+
+def _lookup_caller() -> Caller:
+    header = request.headers.get("Authorization")
+    if not header:
+        raise Unauthenticated("Send Authorization: Bearer <token>.")
+    secret = bearer_secret()
+    if secret is None or not TOKEN_PATTERN.match(secret):
+        raise Unauthenticated("The Authorization header must be 'Bearer lsk_...'.")
+    digest = hash_token(secret)
+    token = (Token.select(Token, Member, Workspace)
+             .join(Member).switch(Token).join(Workspace)
+             .where(Token.secret_hash == digest).first())
+    if token is None or not hmac.compare_digest(token.secret_hash, digest):
+        raise Unauthenticated("The token is not known.")
+    now = utcnow()
+    if token.revoked_at is not None:
+        raise Unauthenticated("The token was revoked.")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise Unauthenticated("The token has expired.")
+    if not token.member.active:
+        raise Unauthenticated("The token's member is deactivated.")
+    if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
+        Token.update(last_used_at=now).where(Token.id == token.id).execute()
+    return Caller(token=token, member=token.member, workspace=token.workspace,
+                  abilities=effective_abilities(token.member.role, token.abilities))
+
+
+def requires(ability: str | None = None) -> Callable:
+    """Authenticate the caller (401) and check one ability (403); None: any valid token."""
+    if ability is not None and ability not in ABILITIES:
+        raise ValueError(f"unknown ability {ability}")
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            caller = authenticate()
+            if ability is not None and ability not in caller.abilities:
+                raise Forbidden(f"This token lacks the {ability} ability.")
+            return view(*args, **kwargs)
+
+        # Document the outcomes every authenticated operation shares.
+        wrapper._apidoc = deepcopy(getattr(view, "_apidoc", {}))
+        responses = wrapper._apidoc.setdefault("response", {}).setdefault("responses", {})
+        responses.setdefault(401, []).append("UNAUTHORIZED")
+        if ability is not None:
+            responses.setdefault(403, []).append("FORBIDDEN")
+            wrapper._apidoc.setdefault("manual_doc", {})["description"] = f"Requires the `{ability}` ability."
+        responses.setdefault(429, []).append("TOO_MANY_REQUESTS")
+        return wrapper
+
+    return decorator
+
+
+def caller() -> Caller:
+    """The authenticated caller of the current request (after @requires)."""
+    return authenticate()
+
+
+# --- data scope ------------------------------------------------------------------------------
+
+def lead_scope(who: Caller) -> pw.Expression:
+    """The leads a caller may see: its own (agent), its team's (manager), its workspace's (admin)."""
+    if who.role == "admin":
+        return Lead.workspace == who.workspace.id
+    if who.role == "manager":
+        return Lead.team == who.member.team_id if who.member.team_id else pw.SQL("1 = 0")
+    return Lead.owner == who.member.id
+
+
+def visible_leads(*fields) -> pw.ModelSelect:
+    """Where every lead query starts."""
+    return Lead.select(*fields).where(lead_scope(caller()))
+
+
+def visible_lead_or_404(public_id: str) -> Lead:
+    lead = visible_leads().where(Lead.public_id == public_id).first()
+    if lead is None:
+        raise NotFound(f"No lead {public_id}.")
+    return lead
+
+
+def member_scope(who: Caller) -> pw.Expression:
+    """The members a caller may hand leads to: anyone (admin), its team (manager), itself (agent)."""
+    if who.role == "admin":
+        return Member.workspace == who.workspace.id
+    if who.role == "manager":
+        return (Member.workspace == who.workspace.id) & (Member.team == who.member.team_id)
+    return Member.id == who.member.id
+

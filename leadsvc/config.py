@@ -1,0 +1,155 @@
+"""Settings: built-in defaults, then config.toml, then LEADSVC_<SECTION>_<KEY> environment variables."""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from flask import current_app
+
+# The one list of settings and their defaults. config.toml mirrors it with a comment per key,
+# and a test keeps the two identical.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "server": {
+        "host": "127.0.0.1",
+        "port": 8080,
+        "threads": 8,
+        "connection_limit": 200,
+        "channel_timeout": 60,
+        "trusted_proxy": "",
+        "trusted_proxy_count": 1,
+    },
+    "database": {
+        "url": "sqlite:///var/leadsvc.sqlite3",
+        "pool_size": 16,
+        "pool_timeout": 5,
+        "busy_timeout_ms": 5000,
+    },
+    "rate_limits": {
+        "enabled": True,
+        "per_token": "120/minute",
+        "per_ip": "60/minute",
+        "forms": "10/minute",
+        "storage": "memory://",
+    },
+    "api": {
+        "docs_url": "",
+        "max_body_bytes": 65536,
+    },
+    "scoring": {
+        "hot": 70,
+        "warm": 40,
+    },
+    "logging": {
+        "level": "INFO",
+    },
+}
+
+Settings = dict[str, dict[str, Any]]
+
+
+class ConfigError(Exception):
+    """A configuration file or variable that cannot be used; the message says which and why."""
+
+
+def config_path(explicit: str | os.PathLike | None = None, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The config file to read: --config, else LEADSVC_CONFIG, else ./config.toml if present."""
+    if explicit:
+        return Path(explicit)
+    if environ.get("LEADSVC_CONFIG"):
+        return Path(environ["LEADSVC_CONFIG"])
+    local = Path("config.toml")
+    return local if local.is_file() else None
+
+
+def load_settings(
+    path: str | os.PathLike | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Settings:
+    """Merge defaults, the config file, the environment and explicit overrides, checking every key."""
+    settings = copy.deepcopy(DEFAULTS)
+    file = config_path(path, environ)
+    if file is not None:
+        try:
+            with open(file, "rb") as fh:
+                _merge(settings, tomllib.load(fh), origin=str(file))
+        except FileNotFoundError:
+            raise ConfigError(f"Config file {file} does not exist.") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"Config file {file} is not valid TOML: {exc}.") from None
+    for section, keys in DEFAULTS.items():
+        for key in keys:
+            name = f"LEADSVC_{section}_{key}".upper()
+            if name in environ:
+                settings[section][key] = _coerce(environ[name], DEFAULTS[section][key], name)
+    if overrides:
+        _merge(settings, overrides, origin="overrides")
+    _check(settings)
+    return settings
+
+
+def settings() -> Settings:
+    """The settings of the running app."""
+    return current_app.config["LEADSVC"]
+
+
+def _merge(settings: Settings, data: Mapping[str, Any], origin: str) -> None:
+    for section, values in data.items():
+        if section not in DEFAULTS:
+            raise ConfigError(f"{origin}: unknown section [{section}]; known: {', '.join(DEFAULTS)}.")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{origin}: [{section}] must be a table of settings.")
+        for key, value in values.items():
+            if key not in DEFAULTS[section]:
+                known = ", ".join(DEFAULTS[section])
+                raise ConfigError(f"{origin}: unknown key {section}.{key}; known in [{section}]: {known}.")
+            expected = type(DEFAULTS[section][key])
+            if isinstance(value, str) and expected is not str:
+                value = _coerce(value, DEFAULTS[section][key], f"{section}.{key}")
+            if type(value) is not expected:
+                raise ConfigError(
+                    f"{origin}: {section}.{key} must be {_type_name(expected)}, not {value!r}."
+                )
+            settings[section][key] = value
+
+
+def _coerce(raw: str, default: Any, name: str) -> Any:
+    if isinstance(default, bool):
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name} must be true or false, not {raw!r}.")
+    if isinstance(default, int):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a whole number, not {raw!r}.") from None
+    return raw
+
+
+def _type_name(kind: type) -> str:
+    return {bool: "true or false", int: "a whole number", str: "a string"}[kind]
+
+
+def _check(settings: Settings) -> None:
+    """Rules that span keys or values, so that a bad value fails at start-up and not mid-request."""
+    scoring = settings["scoring"]
+    if not 0 < scoring["warm"] < scoring["hot"] <= 100:
+        raise ConfigError("scoring: need 0 < warm < hot <= 100.")
+    for section, key in (("server", "port"), ("server", "threads"), ("database", "pool_size"),
+                         ("api", "max_body_bytes"), ("server", "connection_limit")):
+        if settings[section][key] <= 0:
+            raise ConfigError(f"{section}.{key} must be positive.")
+    url = settings["database"]["url"]
+    if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ConfigError(
+            f"database.url must start with sqlite:/// or postgresql://, not {url.split(':')[0]!r}."
+        )
+    if settings["server"]["threads"] > settings["database"]["pool_size"] and not url.startswith("sqlite"):
+        raise ConfigError("server.threads must not exceed database.pool_size, or threads wait for connections.")

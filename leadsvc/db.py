@@ -1,0 +1,156 @@
+"""The database: one proxy for the models, the connection lifecycle, migrations and failure mapping."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import operator
+import sqlite3
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import peewee as pw
+from flask import Flask
+from playhouse.migrations import Migration, Runner
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+
+# Every model binds to this proxy; create_app points it at the configured database.
+database = pw.DatabaseProxy()
+
+# What a database that is down, locked past its timeout or out of connections raises.
+# MaxConnectionsExceeded is a ValueError, not a PeeweeException.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    pw.OperationalError, pw.InterfaceError, MaxConnectionsExceeded,
+)
+
+# SQLite reports its own misuse (a missing table, bad SQL) as OperationalError too; only these
+# messages mean "busy or unreachable".
+_SQLITE_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+
+SQLITE_MIN_VERSION = (3, 38, 0)   # the JSON functions peewee's JSONField relies on
+_MIGRATION_LOCK = 74_657_100      # pg_advisory_xact_lock key: one migrating process at a time
+_databases: dict[str, pw.Database] = {}
+_databases_lock = threading.Lock()
+
+
+def make_database(url: str, *, pool_size: int = 16, pool_timeout: int = 5,
+                  busy_timeout_ms: int = 5000) -> pw.Database:
+    """A database for the URL, made once per process and URL so that pools are shared."""
+    with _databases_lock:
+        if url not in _databases:
+            _databases[url] = _open(url, pool_size, pool_timeout, busy_timeout_ms)
+        return _databases[url]
+
+
+def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> pw.Database:
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        if sqlite3.sqlite_version_info < SQLITE_MIN_VERSION:
+            raise RuntimeError(f"SQLite {sqlite3.sqlite_version} is too old; leadsvc needs 3.38 or newer.")
+        path = Path(unquote(url[len("sqlite:///"):]))
+        # IMMEDIATE makes writers queue on busy_timeout instead of failing a lock upgrade.
+        return pw.SqliteDatabase(
+            str(path), lock_type="IMMEDIATE", check_same_thread=False,
+            pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
+                     "synchronous": "normal", "cache_size": -64000},
+        )
+    return PooledPostgresqlDatabase(
+        unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
+        password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
+        max_connections=pool_size, timeout=pool_timeout, stale_timeout=300,
+        connect_timeout=max(1, pool_timeout), prefer_psycopg3=True,
+    )
+
+
+def is_postgres(db: pw.Database | pw.DatabaseProxy = database) -> bool:
+    return isinstance(getattr(db, "obj", db), pw.PostgresqlDatabase)
+
+
+def init_app(app: Flask) -> None:
+    """Point the models at the app's database and close each request's connection when it ends."""
+    cfg = app.config["LEADSVC"]["database"]
+    database.initialize(make_database(cfg["url"], pool_size=cfg["pool_size"],
+                                      pool_timeout=cfg["pool_timeout"],
+                                      busy_timeout_ms=cfg["busy_timeout_ms"]))
+
+    # No before_request connect: peewee connects on the first query, so /healthz never needs
+    # the database.
+    @app.teardown_request
+    def close_connection(exc: BaseException | None) -> None:
+        if not database.is_closed():
+            database.close()   # with a pool this returns the connection
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether an error means the database is down, busy past its timeout or out of connections."""
+    if isinstance(exc, MaxConnectionsExceeded):
+        return True
+    if not isinstance(exc, (pw.OperationalError, pw.InterfaceError)):
+        return False
+    return is_postgres() or any(text in str(exc).lower() for text in _SQLITE_UNAVAILABLE)
+
+
+def for_update(query: pw.Select) -> pw.Select:
+    """Lock the selected rows until the transaction ends (SQLite already serializes writers)."""
+    return query.for_update() if database.for_update else query
+
+
+def any_of(clauses: list[pw.Expression]) -> pw.Expression:
+    """clause OR clause OR ...; the clauses must not be empty."""
+    return functools.reduce(operator.or_, clauses)
+
+
+def ping() -> None:
+    """Raise one of UNAVAILABLE_ERRORS unless the database answers a query."""
+    database.execute_sql("SELECT 1").fetchone()
+
+
+# --- migrations ------------------------------------------------------------------------------
+
+def migrations_dir() -> Any:
+    """db/migrations beside the package: a directory, or a folder inside the .pyz."""
+    return resources.files("leadsvc").parent / "db" / "migrations"
+
+
+class _ResourceMigration(Migration):
+    """A migration read through importlib.resources, so it also loads from inside a zip."""
+
+    def load(self):
+        spec = importlib.util.spec_from_loader(self.name, loader=None)
+        module = importlib.util.module_from_spec(spec)
+        exec(compile(self.path.read_text(encoding="utf-8"), str(self.path), "exec"), module.__dict__)
+        return module
+
+
+class MigrationRunner(Runner):
+    def migrations(self) -> list[Migration]:
+        folder = migrations_dir()
+        if not folder.is_dir():
+            raise RuntimeError(f"The migrations folder {folder} is missing; reinstall leadsvc.")
+        found = [
+            _ResourceMigration(int(item.name.split("_", 1)[0]), item.name[:-3], item, None)
+            for item in folder.iterdir()
+            if item.name[:1].isdigit() and item.name.endswith(".py")
+        ]
+        return sorted(found)
+
+
+def migrate(db: pw.Database | None = None) -> list[str]:
+    """Apply pending migrations in one transaction, one process at a time; return their names."""
+    db = db or database.obj
+    if isinstance(db, pw.SqliteDatabase):
+        Path(db.database).parent.mkdir(parents=True, exist_ok=True)
+    with db.atomic():
+        if is_postgres(db):
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        # SQLite: the IMMEDIATE transaction already holds the write lock.
+        return MigrationRunner(db, table_name="schema_migration").up()
+
+
+def pending_migrations(db: pw.Database | None = None) -> list[str]:
+    db = db or database.obj
+    return [m.name for m in MigrationRunner(db, table_name="schema_migration").status() if not m.applied]
+

@@ -1,0 +1,60 @@
+"""The /docs pages: Swagger UI assets served from a Python package, and one page per problem code."""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+from importlib import resources
+
+from flask import Blueprint, Flask, Response, abort, render_template
+from markupsafe import Markup, escape
+
+from .problems import CODES
+
+blp = Blueprint("docs", __name__, url_prefix="/docs")
+
+UI_BUNDLES = resources.files("openapi_ui_bundles")
+
+
+@blp.app_template_filter("codify")
+def codify(text: str) -> Markup:
+    """`backticks` in the problem texts become <code>."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
+@blp.get("/assets/<path:path>")
+def asset(path: str) -> Response:
+    """Swagger UI's files, read through importlib.resources so they also load from a .pyz."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        abort(404)
+    item = UI_BUNDLES.joinpath(*parts)
+    if not item.is_file():
+        abort(404)
+    mimetype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    response = Response(item.read_bytes(), mimetype=mimetype)
+    response.cache_control.public = True
+    response.cache_control.max_age = 86400
+    return response
+
+
+@blp.get("/api/problems/")
+def problems() -> str:
+    """Every problem code the API can answer with."""
+    return render_template("problems.html", codes=CODES)
+
+
+@blp.get("/api/problems/<code>")
+def problem(code: str) -> str:
+    """What one problem code means and what to do about it."""
+    if code not in CODES:
+        abort(404)
+    status, title, meaning = CODES[code]
+    return render_template("problem.html", code=code, status=status, title=title, meaning=meaning)
+
+
+def openapi_json(app: Flask) -> str:
+    """The OpenAPI document as published in schemas/openapi.json."""
+    spec = app.extensions["leadsvc.api"].spec.to_dict()
+    return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,160 @@
+"""The JSON documents the API returns for leads and their history, built without per-row queries.
+
+A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams) by
+internal id, loaded once per request, so a page of leads is one query plus four tiny ones and
+no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
+OpenAPI; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from flask import Response, g
+
+from .models import CustomField, Form, Member, Source, Status, Team, Token, Workspace
+from .schemas import rfc3339
+from .scoring import band
+
+
+@dataclass
+class Refs:
+    workspace: Workspace
+    statuses: dict[int, Status]
+    sources: dict[int, Source]
+    members: dict[int, Member]
+    teams: dict[int, Team]
+    custom_fields: dict[str, CustomField]   # by name
+    settings: dict
+
+    @classmethod
+    def load(cls, workspace: Workspace, settings: dict) -> "Refs":
+        ws = workspace.id
+        return cls(
+            workspace=workspace,
+            statuses={s.id: s for s in Status.select().where(Status.workspace == ws)},
+            sources={s.id: s for s in Source.select().where(Source.workspace == ws)},
+            members={m.id: m for m in Member.select().where(Member.workspace == ws)},
+            teams={t.id: t for t in Team.select().where(Team.workspace == ws)},
+            custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)},
+            settings=settings,
+        )
+
+    def pipeline(self) -> list[Status]:
+        return sorted(self.statuses.values(), key=lambda s: (s.position, s.id))
+
+    def first_status(self) -> Status:
+        return self.pipeline()[0]
+
+    def by_public_id(self, table: dict[int, Any], public_id: str | None) -> Any:
+        return next((row for row in table.values() if row.public_id == public_id), None)
+
+
+def request_refs() -> Refs:
+    """The caller's workspace reference tables, loaded once per request."""
+    from .auth import caller
+    from .config import settings
+
+    if "refs" not in g:
+        g.refs = Refs.load(caller().workspace, settings())
+    return g.refs
+
+
+def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON response from a document that is already plain data (no second serialization pass)."""
+    response = Response(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), status=status,
+                        mimetype="application/json")
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def ref(row: Any) -> dict | None:
+    return None if row is None else {"id": row.public_id, "name": row.name}
+
+
+def status_ref(status: Status) -> dict:
+    return {"id": status.public_id, "name": status.name, "kind": status.kind, "position": status.position}
+
+
+def member_ref(member: Member | None) -> dict | None:
+    return None if member is None else {"id": member.public_id, "name": member.name, "role": member.role}
+
+
+def etag(lead: Any) -> str:
+    """A strong validator that changes with every write to the lead (its version)."""
+    return '"' + hashlib.sha256(f"{lead.public_id}:{lead.version}".encode()).hexdigest()[:20] + '"'
+
+
+def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
+    """A lead as the API shows it (DESIGN section 5)."""
+    first, last = lead.first_name or "", lead.last_name or ""
+    value = lead.estimated_value
+    return {
+        "id": lead.public_id,
+        "contact": {"first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(),
+                    "phone": lead.phone, "email": lead.email},
+        "source": ref(refs.sources.get(lead.source_id)),
+        "status": status_ref(refs.statuses[lead.status_id]),
+        "owner": member_ref(refs.members.get(lead.owner_id)),
+        "team": ref(refs.teams.get(lead.team_id)),
+        "estimated_value": None if value is None else float(value),
+        "currency": refs.workspace.currency,
+        "custom_fields": lead.custom_fields or {},
+        "score": lead.score,
+        "score_band": band(lead.score, refs.settings),
+        "score_reasons": lead.score_reasons or [],
+        "created_at": rfc3339(lead.created_at),
+        "updated_at": rfc3339(lead.updated_at),
+        "last_activity_at": rfc3339(lead.last_activity_at),
+        "status_changed_at": rfc3339(lead.status_changed_at),
+    }
+
+
+# --- history ---------------------------------------------------------------------------------
+
+class ActorNames:
+    """Public ids and names of the tokens and forms that acted, fetched in one query each."""
+
+    def __init__(self, rows: list[Any], refs: Refs):
+        token_ids = {r.actor_token_id for r in rows if r.actor_token_id}
+        form_ids = {r.actor_form_id for r in rows if r.actor_form_id}
+        self.tokens = {t.id: t.public_id for t in Token.select(Token.id, Token.public_id).where(Token.id.in_(token_ids))} if token_ids else {}
+        self.forms = {f.id: f for f in Form.select(Form.id, Form.public_id, Form.name).where(Form.id.in_(form_ids))} if form_ids else {}
+        self.refs = refs
+
+    def actor(self, row: Any) -> dict[str, Any]:
+        if row.actor_form_id:
+            form = self.forms[row.actor_form_id]
+            return {"type": "form", "id": form.public_id, "name": form.name}
+        if row.actor_token_id:
+            return {"type": "token", "id": self.tokens[row.actor_token_id],
+                    "member": member_ref(self.refs.members.get(row.actor_member_id))}
+        return {"type": "system"}
+
+
+def activity_document(row: Any, actors: ActorNames) -> dict[str, Any]:
+    return {"id": row.public_id, "kind": row.kind, "summary": row.summary, "data": row.data or {},
+            "occurred_at": rfc3339(row.occurred_at), "created_at": rfc3339(row.created_at),
+            "actor": actors.actor(row)}
+
+
+def note_document(row: Any, actors: ActorNames) -> dict[str, Any]:
+    return {"id": row.public_id, "body": row.body, "created_at": rfc3339(row.created_at),
+            "author": actors.actor(row)}
+
+
+def transition_document(row: Any, actors: ActorNames) -> dict[str, Any]:
+    statuses = actors.refs.statuses
+    return {"id": row.public_id,
+            "from": status_ref(statuses[row.from_status_id]) if row.from_status_id else None,
+            "to": status_ref(statuses[row.to_status_id]), "note": row.note, "actor": actors.actor(row),
+            "at": rfc3339(row.at), "seconds_in_from": row.seconds_in_from}
+
+
+def audit_document(row: Any, actors: ActorNames) -> dict[str, Any]:
+    return {"id": row.public_id, "action": row.action, "changes": row.changes or {},
+            "request_id": row.request_id, "actor": actors.actor(row), "at": rfc3339(row.at)}

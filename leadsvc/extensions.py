@@ -1,0 +1,48 @@
+"""The request parser every blueprint uses, and the unbound rate limiter.
+
+The flask-smorest Api itself is made per app in create_app: it keeps per-app state (the app and
+its spec), so one module-level instance could not serve the several apps a test run builds.
+"""
+
+from __future__ import annotations
+
+import flask_smorest
+import marshmallow as ma
+from flask import Request
+from webargs import core
+from webargs.flaskparser import FlaskParser, is_json_request
+
+from .problems import UnsupportedMediaType, ValidationFailed
+
+JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
+                   bool: "a boolean", type(None): "null"}
+
+
+class ApiParser(FlaskParser):
+    """webargs' Flask parser, speaking the contract: 422 `errors.body` for bad JSON, 415 for non-JSON."""
+
+    DEFAULT_UNKNOWN_BY_LOCATION = {
+        **FlaskParser.DEFAULT_UNKNOWN_BY_LOCATION,
+        "query": ma.RAISE,          # a misspelt parameter must not be silently ignored
+        "querystring": ma.RAISE,
+    }
+
+    def _handle_invalid_json_error(self, error, req: Request, *args, **kwargs):
+        raise ValidationFailed.field("body", "The request body is not valid JSON.")
+
+    def _raw_load_json(self, req: Request):
+        if req.content_length and not is_json_request(req):
+            raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
+        return super()._raw_load_json(req)
+
+    def load_json(self, req: Request, schema: ma.Schema):
+        data = super().load_json(req, schema)
+        if data is core.missing or not isinstance(data, dict):
+            # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
+            what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]
+            raise ValidationFailed.field("body", f"The request body must be a JSON object, not {what}.")
+        return data
+
+
+class Blueprint(flask_smorest.Blueprint):
+    ARGUMENTS_PARSER = ApiParser()

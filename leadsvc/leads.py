@@ -1,0 +1,139 @@
+"""The /api/v1/leads blueprint: views only. The work is in pipeline.py and listing.py."""
+
+from __future__ import annotations
+
+from flask import g, request, url_for
+from flask.views import MethodView
+
+from . import pipeline
+from .auth import caller, requires, visible_lead_or_404, visible_leads
+from .config import settings
+from .documents import (ActorNames, activity_document, etag, json_response, lead_document, note_document,
+                        request_refs, transition_document)
+from .extensions import Blueprint
+from .listing import LeadListQuery, lead_page, next_link, unknown_filters
+from .models import Activity, Note
+from .problems import Forbidden
+from .schemas import (LeadCreatedSchema, LeadCreateSchema, LeadListMetaSchema, LeadPatchSchema, LeadReadQuery,
+                      LeadSchema, StatusMoveResultSchema, StatusMoveSchema, one, page_of)
+
+blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
+                description="Leads in the caller's scope: list, create, read, update, move through the pipeline.")
+
+TIMELINE_LIMIT = 100
+ETAG_HEADER = {"ETag": {"description": "Send it back in If-Match to update only this version.",
+                        "schema": {"type": "string"}}}
+IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
+            "description": "The ETag you read; 412 if the lead changed since."}
+
+
+def actor() -> pipeline.Actor:
+    return pipeline.actor_for(caller(), g.request_id)
+
+
+def lead_url(public_id: str) -> str:
+    return url_for("leads.LeadResource", public_id=public_id)
+
+
+@blp.route("")
+class Leads(MethodView):
+    @requires("leads:read")
+    @blp.arguments(LeadListQuery, location="query")
+    @blp.response(200, page_of(LeadSchema, LeadListMetaSchema))
+    def get(self, params):
+        """List the leads in the caller's scope"""
+        unknown = unknown_filters(request.args)
+        if unknown:
+            return json_response({"data": [], "links": {"next": None},
+                                  "meta": {"has_more": False, "unknown_filters": unknown}})
+        refs = request_refs()
+        rows, after = lead_page(visible_leads(), params, refs, settings())
+        return json_response({
+            "data": [lead_document(row, refs) for row in rows],
+            "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(), after)},
+            "meta": {"has_more": after is not None},
+        })
+
+    @requires("leads:create")
+    @blp.arguments(LeadCreateSchema)
+    @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
+                  headers={"Location": {"schema": {"type": "string"}}})
+    @blp.alt_response(200, schema=LeadCreatedSchema, success=True,
+                      description="A lead with this phone or e-mail exists: nothing was created.")
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data):
+        """Create a lead, or find the duplicate it matches"""
+        refs = request_refs()
+        created = pipeline.create_lead(data, actor(), refs)
+        body = {"data": lead_document(created.lead, refs), "duplicate": created.duplicate}
+        if created.duplicate:
+            return json_response({**body, "matched_on": created.matched_on}, 200)
+        return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
+                                         "ETag": etag(created.lead)})
+
+
+@blp.route("/<public_id>")
+class LeadResource(MethodView):
+    @requires("leads:read")
+    @blp.arguments(LeadReadQuery, location="query")
+    @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
+    @blp.alt_response(404, response="NOT_FOUND")
+    def get(self, query, public_id):
+        """Read a lead, optionally with its activities and notes"""
+        lead = visible_lead_or_404(public_id)
+        tag = etag(lead)
+        includes = {part.strip() for part in query.get("include", "").split(",") if part.strip()}
+        if not includes and tag in request.if_none_match:
+            return json_response(None, 304, {"ETag": tag})
+        refs = request_refs()
+        document = lead_document(lead, refs)
+        if "activities" in includes:
+            rows = list(Activity.select().where(Activity.lead == lead.id)
+                        .order_by(Activity.created_at.desc(), Activity.public_id.desc()).limit(TIMELINE_LIMIT))
+            names = ActorNames(rows, refs)
+            document["activities"] = [activity_document(row, names) for row in rows]
+        if "notes" in includes:
+            rows = list(Note.select().where(Note.lead == lead.id)
+                        .order_by(Note.created_at.desc(), Note.public_id.desc()).limit(TIMELINE_LIMIT))
+            names = ActorNames(rows, refs)
+            document["notes"] = [note_document(row, names) for row in rows]
+        return json_response({"data": document}, headers={"ETag": tag})
+
+    @requires("leads:update")
+    @blp.arguments(LeadPatchSchema)
+    @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(412, response="PRECONDITION_FAILED")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    @blp.doc(parameters=[IF_MATCH])
+    def patch(self, changes, public_id):
+        """Update the fields sent (owner needs leads:assign)"""
+        if "owner" in changes and "leads:assign" not in caller().abilities:
+            raise Forbidden("Changing the owner needs the leads:assign ability.")
+        lead = visible_lead_or_404(public_id)
+        refs = request_refs()
+        lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match"))
+        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+
+
+@blp.route("/<public_id>/status")
+class LeadStatus(MethodView):
+    @requires("leads:status")
+    @blp.arguments(StatusMoveSchema)
+    @blp.response(200, StatusMoveResultSchema, headers=ETAG_HEADER)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(412, response="PRECONDITION_FAILED")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    @blp.doc(parameters=[IF_MATCH])
+    def post(self, move, public_id):
+        """Move a lead to another pipeline status"""
+        lead = visible_lead_or_404(public_id)
+        refs = request_refs()
+        lead, transition = pipeline.move_status(lead, move["status"], move.get("note"), actor(), refs,
+                                                if_match=request.headers.get("If-Match"))
+        return json_response({"data": lead_document(lead, refs),
+                              "transition": transition_document(transition, ActorNames([transition], refs))},
+                             headers={"ETag": etag(lead)})

@@ -1,0 +1,241 @@
+"""The lead list: filters, sorts and keyset pages, shared by the list, the CSV export and the reports."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
+
+import marshmallow as ma
+import peewee as pw
+
+from . import cursor
+from .config import Settings
+from .db import any_of
+from .documents import Refs
+from .models import Lead
+from .schemas import public_id_pattern
+from .scoring import band_ranges
+
+PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90_days", "this_week",
+                   "this_month", "last_month", "this_quarter", "this_year")
+BANDS = ("hot", "warm", "cold")
+FILTER_KEY = re.compile(r"^filter\[.*\]$")
+
+
+# --- created_at periods ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Period:
+    """A created_at filter: a keyword, or a range whose ends are dates, datetimes or open."""
+
+    keyword: str | None = None
+    start: date | datetime | None = None
+    end: date | datetime | None = None
+
+    def utc_bounds(self, timezone: str, today: date | None = None) -> tuple[datetime | None, datetime | None]:
+        """[start, end) as naive UTC datetimes; dates are whole days in the workspace's time zone."""
+        zone = ZoneInfo(timezone)
+        today = today or datetime.now(zone).date()
+        if self.keyword:
+            first, after = _keyword_days(self.keyword, today)
+            return _utc(first, zone), _utc(after, zone)
+        start = _utc(self.start, zone) if self.start is not None else None
+        if self.end is None:
+            end = None
+        elif isinstance(self.end, datetime):
+            end = _utc(self.end, zone) + timedelta(microseconds=1)   # datetimes: inclusive
+        else:
+            end = _utc(self.end + timedelta(days=1), zone)           # dates: the whole last day
+        return start, end
+
+
+def _keyword_days(keyword: str, today: date) -> tuple[date, date]:
+    """The first day and the day after the last of a keyword period."""
+    tomorrow = today + timedelta(days=1)
+    if keyword == "today":
+        return today, tomorrow
+    if keyword == "yesterday":
+        return today - timedelta(days=1), today
+    if keyword.startswith("last_") and keyword.endswith("_days"):
+        return today - timedelta(days=int(keyword.split("_")[1]) - 1), tomorrow
+    if keyword == "this_week":
+        monday = today - timedelta(days=today.weekday())
+        return monday, monday + timedelta(days=7)
+    month_start = today.replace(day=1)
+    next_month = (month_start + timedelta(days=32)).replace(day=1)
+    if keyword == "this_month":
+        return month_start, next_month
+    if keyword == "last_month":
+        return (month_start - timedelta(days=1)).replace(day=1), month_start
+    if keyword == "this_quarter":
+        first = today.replace(month=3 * ((today.month - 1) // 3) + 1, day=1)
+        return first, (first + timedelta(days=95)).replace(day=1)
+    return today.replace(month=1, day=1), today.replace(year=today.year + 1, month=1, day=1)   # this_year
+
+
+def _utc(value: date | datetime, zone: ZoneInfo) -> datetime:
+    if not isinstance(value, datetime):
+        value = datetime.combine(value, time.min)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=zone)
+    return value.astimezone(ZoneInfo("UTC")).replace(tzinfo=None)
+
+
+def parse_period(text: str) -> Period:
+    """`last_30_days`, or `FROM..TO` with ISO dates or datetimes and either end open."""
+    text = text.strip()
+    if text in PERIOD_KEYWORDS:
+        return Period(keyword=text)
+    if ".." not in text:
+        raise ValueError(f"Use FROM..TO (ISO dates or datetimes, either end open) or one of: {', '.join(PERIOD_KEYWORDS)}.")
+    first, _, last = text.partition("..")
+    start, end = _moment(first), _moment(last)
+    if start is None and end is None:
+        raise ValueError("Give at least one end of the range, e.g. 2026-01-01.. or ..2026-01-31.")
+    if start is not None and end is not None and _comparable(start) > _comparable(end):
+        raise ValueError("The range starts after it ends.")
+    return Period(start=start, end=end)
+
+
+def _moment(text: str) -> date | datetime | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            return date.fromisoformat(text)
+        return datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO date (2026-01-31) or datetime (2026-01-31T09:00:00+05:30).") from None
+
+
+def _comparable(value: date | datetime) -> datetime:
+    if not isinstance(value, datetime):
+        value = datetime.combine(value, time.min)
+    return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(ZoneInfo("UTC")).replace(tzinfo=None)
+
+
+# --- query parameters ------------------------------------------------------------------------
+
+class IdList(ma.fields.String):
+    """Comma-separated public ids of one kind (OR)."""
+
+    def __init__(self, prefix: str, **kwargs):
+        self.pattern = public_id_pattern(prefix)
+        self.prefix = prefix
+        super().__init__(metadata={"description": f"{prefix}... ids, comma-separated for several."}, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        ids = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        bad = [i for i in ids if not self.pattern.match(i)]
+        if bad:
+            raise ma.ValidationError(f"Not {self.prefix}... ids: {', '.join(bad)}.")
+        return ids
+
+
+class Bands(ma.fields.String):
+    def _deserialize(self, value, attr, data, **kwargs):
+        bands = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        if any(b not in BANDS for b in bands):
+            raise ma.ValidationError("Use hot, warm and/or cold, comma-separated.")
+        return bands
+
+
+class CreatedAt(ma.fields.String):
+    def _deserialize(self, value, attr, data, **kwargs):
+        try:
+            return parse_period(super()._deserialize(value, attr, data, **kwargs))
+        except ValueError as exc:
+            raise ma.ValidationError(str(exc)) from None
+
+
+CREATED_AT_HELP = ("`FROM..TO` with ISO dates or datetimes, either end open (dates inclusive, in the "
+                   "workspace's time zone), or one of: " + ", ".join(PERIOD_KEYWORDS) + ".")
+
+
+class ReportFilterQuery(ma.Schema):
+    """The filters the reports take."""
+
+    created_at = CreatedAt(data_key="filter[created_at]", metadata={"description": CREATED_AT_HELP})
+    source = IdList("src_", data_key="filter[source]")
+    owner = IdList("mem_", data_key="filter[owner]")
+
+
+class LeadFilterQuery(ReportFilterQuery):
+    """The filters of the lead list and its CSV export."""
+
+    status = IdList("st_", data_key="filter[status]")
+    score_band = Bands(data_key="filter[score_band]", metadata={"description": "hot, warm, cold; comma-separated."})
+
+    @ma.pre_load
+    def _set_aside_unknown_filters(self, data, **kwargs):
+        # An unknown filter[...] is not an error (the spec): the view reports it in meta instead.
+        known = {f.data_key for f in self.fields.values()}
+        return {key: data[key] for key in data if key in known or not FILTER_KEY.match(key)}
+
+
+SORTS: dict[str, cursor.Order] = {
+    "-created_at": cursor.Order(Lead.created_at, Lead.public_id, descending=True),
+    "score": cursor.Order(Lead.score, Lead.public_id, descending=False),
+    # Leads never contacted carry the epoch here, so they come last.
+    "-last_activity_at": cursor.Order(Lead.activity_sort_at, Lead.public_id, descending=True),
+}
+
+
+class LeadListQuery(LeadFilterQuery):
+    sort = ma.fields.String(load_default="-created_at", validate=ma.validate.OneOf(list(SORTS)),
+                            metadata={"description": "Ties are broken by the lead's id; leads with no activity sort last."})
+    page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
+    page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
+
+
+def unknown_filters(args: Iterable[str], schema: type[ma.Schema] = LeadFilterQuery) -> list[str]:
+    known = {f.data_key for f in schema().fields.values()}
+    return sorted(key for key in args if FILTER_KEY.match(key) and key not in known)
+
+
+# --- applying filters ------------------------------------------------------------------------
+
+def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, settings: Settings) -> pw.ModelSelect:
+    """The query narrowed by the filters; ids that match nothing in the workspace match no lead."""
+    for name, table, column in (("status", refs.statuses, Lead.status), ("source", refs.sources, Lead.source),
+                                ("owner", refs.members, Lead.owner)):
+        if name in filters:
+            wanted = set(filters[name])
+            query = query.where(column.in_([row.id for row in table.values() if row.public_id in wanted] or [0]))
+    if "score_band" in filters:
+        query = query.where(any_of([Lead.score.between(low, high)
+                                          for low, high in band_ranges(filters["score_band"], settings)]))
+    if "created_at" in filters:
+        start, end = filters["created_at"].utc_bounds(refs.workspace.timezone)
+        if start is not None:
+            query = query.where(Lead.created_at >= start)
+        if end is not None:
+            query = query.where(Lead.created_at < end)
+    return query
+
+
+def next_link(path: str, query: Mapping[str, Any], after: str | None) -> str | None:
+    """links.next: the same path with every filter, the sort, page[size] and page[after]."""
+    if after is None:
+        return None
+    params = {key: value for key, value in query.items() if key != "page[after]"}
+    params["page[after]"] = after
+    return f"{path}?{urlencode(params)}"
+
+
+def binding(sort: str, filters: Mapping[str, Any]) -> str:
+    """What a cursor is bound to: the sort and the filters, in a normalized form."""
+    normalized = {key: (sorted(value) if isinstance(value, list) else value) for key, value in filters.items()}
+    return cursor.fingerprint(sort, normalized)
+
+
+def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, settings: Settings) -> tuple[list[Lead], str | None]:
+    """One page of the filtered, sorted query and the cursor of the next."""
+    filters = {key: value for key, value in params.items() if key not in ("sort", "page_size", "page_after")}
+    return cursor.page(filter_leads(query, filters, refs, settings), SORTS[params["sort"]], params["page_size"],
+                       binding(params["sort"], filters), params.get("page_after"))

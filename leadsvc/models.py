@@ -1,0 +1,282 @@
+"""The Peewee models and public id generation.
+
+Every table has an integer primary key that never leaves the database layer and, where the
+outside world refers to a row, a `public_id`: a type prefix plus 20 random base62 characters.
+Times are naive UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from datetime import UTC, datetime
+
+import peewee as pw
+
+from .db import database
+
+BASE62 = string.digits + string.ascii_letters
+PUBLIC_ID_LENGTH = 20
+
+ROLES = ("admin", "manager", "agent")
+STATUS_KINDS = ("open", "won", "lost")
+FIELD_TYPES = ("text", "number", "boolean", "date", "choice")
+STRATEGIES = ("round_robin", "least_open", "member")
+ACTIVITY_KINDS = ("created", "updated", "status_changed", "assigned", "note", "call", "email",
+                  "meeting", "whatsapp", "sms", "duplicate_submission")
+CONTACT_KINDS = ("call", "email", "meeting", "whatsapp", "sms")   # what a person logs by hand
+
+# The earliest time a lead can sort by when it has never had a logged activity: the keyset
+# order on `activity_sort_at` then puts it last without any NULL handling.
+NEVER = datetime(1970, 1, 1)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def new_public_id(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(BASE62) for _ in range(PUBLIC_ID_LENGTH))
+
+
+def public_id_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{re.escape(prefix)}[0-9A-Za-z]{{16,40}}$")
+
+
+class PublicIdField(pw.CharField):
+    """A unique, random, prefixed id: the only id a client ever sees."""
+
+    def __init__(self, prefix: str, **kwargs):
+        self.prefix = prefix
+        super().__init__(max_length=48, unique=True, default=lambda: new_public_id(prefix), **kwargs)
+
+
+class BaseModel(pw.Model):
+    class Meta:
+        database = database
+        legacy_table_names = False
+
+
+class Workspace(BaseModel):
+    public_id = PublicIdField("ws_")
+    name = pw.CharField(max_length=100, unique=True)
+    timezone = pw.CharField(max_length=64, default="Asia/Kolkata")
+    currency = pw.CharField(max_length=3, default="INR")
+    # Round-robin position of the fallback rotation (the last member it gave a lead to).
+    rotation_last_member_id = pw.IntegerField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+
+class Team(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="teams", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("team_")
+    name = pw.CharField(max_length=100)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
+class Member(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="members", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("mem_")
+    team = pw.ForeignKeyField(Team, backref="members", null=True)
+    name = pw.CharField(max_length=100)
+    email = pw.CharField(max_length=254)
+    role = pw.CharField(max_length=16)
+    active = pw.BooleanField(default=True)
+
+    class Meta:
+        indexes = ((("workspace", "email"), True),)
+
+
+class Token(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE")
+    member = pw.ForeignKeyField(Member, backref="tokens", on_delete="CASCADE")
+    public_id = PublicIdField("tok_")
+    name = pw.CharField(max_length=100)
+    abilities = pw.JSONField(default=list)
+    secret_hash = pw.CharField(max_length=64, unique=True)   # sha256 hex of the secret
+    created_at = pw.DateTimeField(default=utcnow)
+    last_used_at = pw.DateTimeField(null=True)
+    expires_at = pw.DateTimeField(null=True)
+    revoked_at = pw.DateTimeField(null=True)
+
+
+class Status(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="statuses", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("st_")
+    name = pw.CharField(max_length=100)
+    position = pw.IntegerField()
+    kind = pw.CharField(max_length=8)
+    # Public ids of the statuses this one may move to; NULL means any other status.
+    allowed_next = pw.JSONField(null=True)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True), (("workspace", "position"), False))
+
+    def next_ids(self, pipeline: list[Status]) -> list[str]:
+        """Public ids of the statuses this one may move to, in pipeline order."""
+        if self.allowed_next is not None:
+            allowed = set(self.allowed_next)
+            return [s.public_id for s in pipeline if s.public_id in allowed]
+        return [s.public_id for s in pipeline if s.id != self.id]
+
+
+class Source(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="sources", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("src_")
+    name = pw.CharField(max_length=100)
+    score = pw.IntegerField(default=0)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
+class CustomField(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="custom_fields", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("cf_")
+    name = pw.CharField(max_length=64)
+    label = pw.CharField(max_length=100)
+    type = pw.CharField(max_length=8)
+    options = pw.JSONField(null=True)          # the allowed values of a `choice`
+    score = pw.JSONField(null=True)            # {value: points} added to a lead's score
+    position = pw.IntegerField(default=0)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
+class Form(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="forms", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("form_")
+    name = pw.CharField(max_length=100)
+    source = pw.ForeignKeyField(Source, null=True)
+    allowed_origins = pw.JSONField(default=list)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
+class Rule(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, backref="rules", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("rule_")
+    name = pw.CharField(max_length=100)
+    position = pw.IntegerField()
+    conditions = pw.JSONField(default=dict)   # {"source": [src ids], "custom_fields": {...}, ...}
+    strategy = pw.CharField(max_length=16)
+    team = pw.ForeignKeyField(Team, null=True)
+    member = pw.ForeignKeyField(Member, null=True)
+    rotation_last_member_id = pw.IntegerField(null=True)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True), (("workspace", "position"), False))
+
+
+class Lead(BaseModel):
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False)
+    public_id = PublicIdField("ld_")
+    first_name = pw.CharField(max_length=100, default="")
+    last_name = pw.CharField(max_length=100, default="")
+    phone = pw.CharField(max_length=16, null=True)        # E.164
+    email = pw.CharField(max_length=254, null=True)       # lower case
+    source = pw.ForeignKeyField(Source, null=True)
+    status = pw.ForeignKeyField(Status)
+    owner = pw.ForeignKeyField(Member, null=True, index=False)
+    team = pw.ForeignKeyField(Team, null=True, index=False)
+    estimated_value = pw.DecimalField(max_digits=15, decimal_places=2, null=True)
+    custom_fields = pw.JSONField(default=dict)
+    score = pw.SmallIntegerField(default=0)
+    score_reasons = pw.JSONField(default=list)
+    engagement = pw.IntegerField(default=0)   # points from logged calls, meetings and messages
+    version = pw.IntegerField(default=1)      # bumped by every change; the ETag derives from it
+    created_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+    status_changed_at = pw.DateTimeField(default=utcnow)
+    last_activity_at = pw.DateTimeField(null=True)
+    activity_sort_at = pw.DateTimeField(default=NEVER)
+
+    class Meta:
+        # Each sort has an index per scope root (workspace for admins, team for managers,
+        # owner for agents) ending in the public id, so keyset pages are index range scans.
+        indexes = (
+            (("workspace", "phone"), True),
+            (("workspace", "email"), True),
+            (("workspace", "created_at", "public_id"), False),
+            (("workspace", "score", "public_id"), False),
+            (("workspace", "activity_sort_at", "public_id"), False),
+            (("team", "created_at", "public_id"), False),
+            (("team", "score", "public_id"), False),
+            (("team", "activity_sort_at", "public_id"), False),
+            (("owner", "created_at", "public_id"), False),
+            (("owner", "score", "public_id"), False),
+            (("owner", "activity_sort_at", "public_id"), False),
+        )
+
+
+class Attributed(BaseModel):
+    """Who did something: a token with its member, or a web form."""
+
+    actor_token = pw.ForeignKeyField(Token, null=True, backref="+")
+    actor_member = pw.ForeignKeyField(Member, null=True, backref="+")
+    actor_form = pw.ForeignKeyField(Form, null=True, backref="+")
+
+
+class Transition(Attributed):
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("tr_")
+    lead = pw.ForeignKeyField(Lead, backref="transitions", on_delete="CASCADE", index=False)
+    from_status = pw.ForeignKeyField(Status, null=True, backref="+")
+    to_status = pw.ForeignKeyField(Status, backref="+")
+    note = pw.TextField(null=True)
+    at = pw.DateTimeField(default=utcnow)
+    seconds_in_from = pw.IntegerField(null=True)
+
+    class Meta:
+        indexes = ((("lead", "at", "public_id"), False),)
+
+
+class Activity(Attributed):
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("act_")
+    lead = pw.ForeignKeyField(Lead, backref="activities", on_delete="CASCADE", index=False)
+    kind = pw.CharField(max_length=24)
+    summary = pw.TextField(default="")
+    data = pw.JSONField(default=dict)
+    occurred_at = pw.DateTimeField(default=utcnow)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("lead", "created_at", "public_id"), False),)
+
+
+class Note(Attributed):
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("note_")
+    lead = pw.ForeignKeyField(Lead, backref="notes", on_delete="CASCADE", index=False)
+    body = pw.TextField()
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("lead", "created_at", "public_id"), False),)
+
+
+class AuditEntry(Attributed):
+    """Append-only: rows are inserted, never updated or deleted by the service."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("aud_")
+    lead = pw.ForeignKeyField(Lead, null=True, backref="audit", on_delete="CASCADE", index=False)
+    action = pw.CharField(max_length=32)
+    changes = pw.JSONField(default=dict)      # {field: {"old": ..., "new": ...}}
+    request_id = pw.CharField(max_length=128, null=True)
+    at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("lead", "at", "public_id"), False),)
+
+
+MODELS: list[type[BaseModel]] = [
+    Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
+    Transition, Activity, Note, AuditEntry,
+]

@@ -1,0 +1,404 @@
+"""Create, update and move leads: one transaction each, with audit entry and timeline in it.
+
+The API, web forms and CSV import all come through here, so validation against the workspace's
+definitions, duplicate detection, routing and scoring happen the same way for every lead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any, Mapping
+
+import peewee as pw
+
+from . import routing
+from .auth import Caller, lead_scope, member_scope
+from .db import any_of, database, for_update
+from .documents import Refs, etag
+from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Status,
+                     Token, Transition, Workspace, utcnow)
+from .problems import Conflict, PreconditionFailed, ValidationFailed
+from .scoring import ENGAGEMENT_POINTS, score_lead
+
+MAX_TEXT_FIELD = 500   # characters in a text custom field
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who makes a change, and which leads and members it may see (None: the whole workspace)."""
+
+    workspace: Workspace
+    token: Token | None = None
+    member: Member | None = None
+    form: Form | None = None
+    request_id: str | None = None
+    lead_scope: pw.Expression | None = None
+    member_scope: pw.Expression | None = None
+
+    def columns(self) -> dict[str, Any]:
+        return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
+
+    def sees(self, lead: Lead) -> bool:
+        if self.lead_scope is None:
+            return True
+        return Lead.select(Lead.id).where((Lead.id == lead.id) & self.lead_scope).exists()
+
+
+def actor_for(who: Caller, request_id: str | None) -> Actor:
+    """The actor of an API request: its token and member, limited to the caller's scope."""
+    return Actor(workspace=who.workspace, token=who.token, member=who.member, request_id=request_id,
+                 lead_scope=lead_scope(who), member_scope=member_scope(who))
+
+
+@dataclass
+class Created:
+    lead: Lead
+    duplicate: bool
+    matched_on: list[str] = field(default_factory=list)
+
+
+# --- validation against the workspace's definitions ------------------------------------------
+
+def resolve_source(public_id: str | None, refs: Refs):
+    if public_id is None:
+        return None
+    source = refs.by_public_id(refs.sources, public_id)
+    if source is None:
+        raise ValidationFailed.field("source", "Unknown source; GET /api/v1/sources lists them.")
+    return source
+
+
+def check_custom_fields(values: Mapping[str, Any], definitions: Mapping[str, CustomField], *,
+                        allow_null: bool = False) -> dict[str, Any]:
+    """Values that fit their field definitions, normalized; 422 naming each bad key otherwise."""
+    errors: dict[str, list[str]] = {}
+    clean: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"custom_fields.{key}"
+        definition = definitions.get(key)
+        if definition is None:
+            errors[name] = ["Unknown custom field; GET /api/v1/custom-fields lists them."]
+        elif value is None:
+            if allow_null:
+                clean[key] = None
+            else:
+                errors[name] = ["Leave the key out instead of sending null."]
+        else:
+            try:
+                clean[key] = _field_value(value, definition)
+            except ValueError as exc:
+                errors[name] = [str(exc)]
+    if errors:
+        raise ValidationFailed(errors=errors)
+    return clean
+
+
+def _field_value(value: Any, definition: CustomField) -> Any:
+    kind = definition.type
+    if kind == "text":
+        if not isinstance(value, str):
+            raise ValueError("Must be a string.")
+        value = value.strip()
+        if len(value) > MAX_TEXT_FIELD:
+            raise ValueError(f"At most {MAX_TEXT_FIELD} characters.")
+        return value
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError("Must be a number.")
+        return value
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise ValueError("Must be true or false.")
+        return value
+    if kind == "date":
+        if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            raise ValueError("Must be a date as YYYY-MM-DD.")
+        try:
+            date.fromisoformat(value)
+        except ValueError:
+            raise ValueError("Must be a real date as YYYY-MM-DD.") from None
+        return value
+    options = definition.options or []
+    if value not in options:
+        raise ValueError(f"Must be one of: {', '.join(options)}.")
+    return value
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+def rescore(lead: Lead, refs: Refs) -> None:
+    """Store the lead's score and reasons from its current fields, status and engagement."""
+    source = refs.sources.get(lead.source_id)
+    lead.score, lead.score_reasons = score_lead(
+        phone=lead.phone, email=lead.email, first_name=lead.first_name, last_name=lead.last_name,
+        estimated_value=lead.estimated_value, custom_fields=lead.custom_fields or {},
+        source=(source.name, source.score) if source else None,
+        field_scores={name: f.score for name, f in refs.custom_fields.items() if f.score},
+        engagement=lead.engagement, status_kind=refs.statuses[lead.status_id].kind,
+    )
+
+
+# --- history rows ----------------------------------------------------------------------------
+
+def plain(value: Any) -> Any:
+    """A value as it appears in audit entries and activities: JSON, public ids, no internal ids."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat() + "Z"
+    if isinstance(value, pw.Model):
+        return value.public_id
+    return value
+
+
+def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
+              at: datetime | None = None) -> Activity:
+    now = utcnow()
+    return Activity.create(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary,
+                           data=data or {}, occurred_at=at or now, created_at=now, **actor.columns())
+
+
+def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
+    return AuditEntry.create(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
+                             request_id=actor.request_id, **actor.columns())
+
+
+def _lock(lead: Lead) -> Lead:
+    """The lead's current row, locked until the transaction ends."""
+    return for_update(Lead.select().where(Lead.id == lead.id)).get()
+
+
+def _check_if_match(lead: Lead, if_match: str | None) -> None:
+    if if_match is None:
+        return
+    candidates = {tag.strip().removeprefix("W/") for tag in if_match.split(",")}
+    if "*" not in candidates and etag(lead) not in candidates:
+        raise PreconditionFailed("The lead changed since you read it (If-Match does not match its ETag).")
+
+
+# --- create ----------------------------------------------------------------------------------
+
+CREATE_FIELDS = ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields")
+
+
+def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
+    """The existing lead with this phone (first) or e-mail, and which of the two it matched on."""
+    clauses = [Lead.phone == phone] if phone else []
+    clauses += [Lead.email == email] if email else []
+    if not clauses:
+        return None, []
+    candidates = list(Lead.select().where((Lead.workspace == workspace_id) & any_of(clauses)))
+    if not candidates:
+        return None, []
+    lead = next((c for c in candidates if phone and c.phone == phone), candidates[0])
+    matched = [name for name, value in (("phone", phone), ("email", email)) if value and getattr(lead, name) == value]
+    return lead, matched
+
+
+def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
+    """Create a lead (or report the duplicate it matches): validated, routed, scored and audited."""
+    source = resolve_source(data.get("source"), refs)
+    custom = check_custom_fields(data.get("custom_fields") or {}, refs.custom_fields)
+    if not refs.statuses:
+        raise Conflict("The workspace has no pipeline statuses yet; run leadsvc setup.")
+    phone, email = data.get("phone"), data.get("email")
+    with database.atomic():
+        # One create at a time per workspace: duplicate checks and rotation see each other.
+        for_update(Workspace.select(Workspace.id).where(Workspace.id == actor.workspace.id)).execute()
+        existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
+        if existing is not None:
+            return _duplicate(existing, matched_on, data, actor)
+        workspace = Workspace.get_by_id(actor.workspace.id)   # fresh rotation state
+        assignment = routing.route(workspace, {**data, "source": source.public_id if source else None,
+                                               "custom_fields": custom})
+        now = utcnow()
+        status = refs.first_status()
+        lead = Lead(workspace=workspace.id, first_name=data.get("first_name") or "",
+                    last_name=data.get("last_name") or "", phone=phone, email=email, source=source,
+                    status=status, owner=assignment.member,
+                    team=assignment.member.team_id if assignment.member else None,
+                    estimated_value=data.get("estimated_value"), custom_fields=custom,
+                    created_at=now, updated_at=now, status_changed_at=now)
+        rescore(lead, refs)
+        try:
+            with database.atomic():
+                lead.save(force_insert=True)
+        except pw.IntegrityError:
+            # A concurrent create won the unique index: answer with its lead instead.
+            existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
+            if existing is None:
+                raise
+            return _duplicate(existing, matched_on, data, actor)
+        Transition.create(workspace=workspace.id, lead=lead, from_status=None, to_status=status, at=now,
+                          **actor.columns())
+        _activity(lead, actor, "created", "Lead created.", {"via": "form" if actor.form else "api"})
+        _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
+        recorded = {name: plain(value) for name, value in
+                    (("first_name", lead.first_name), ("last_name", lead.last_name), ("phone", phone),
+                     ("email", email), ("source", source), ("estimated_value", lead.estimated_value),
+                     ("custom_fields", custom or None), ("status", status), ("owner", assignment.member))
+                    if value not in (None, "")}
+        _audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()})
+    return Created(lead, duplicate=False)
+
+
+def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
+    if not actor.sees(lead):
+        raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
+    sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
+    _activity(lead, actor, "duplicate_submission",
+              f"The same {' and '.join(matched_on)} was submitted again.",
+              {"matched_on": matched_on, "submitted": sent})
+    return Created(lead, duplicate=True, matched_on=matched_on)
+
+
+# --- update ----------------------------------------------------------------------------------
+
+def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs, *,
+                if_match: str | None = None) -> Lead:
+    """Apply the fields sent; one audit entry with old and new values, none if nothing changed."""
+    wanted: dict[str, Any] = {}
+    for name in ("first_name", "last_name"):
+        if name in changes:
+            wanted[name] = changes[name] or ""
+    for name in ("phone", "email", "estimated_value"):
+        if name in changes:
+            wanted[name] = changes[name]
+    if "source" in changes:
+        wanted["source"] = resolve_source(changes["source"], refs)
+    if "owner" in changes:
+        wanted["owner"] = _assignable_member(changes["owner"], actor)
+    custom = check_custom_fields(changes.get("custom_fields") or {}, refs.custom_fields, allow_null=True)
+
+    with database.atomic():
+        current = _lock(lead)
+        _check_if_match(current, if_match)
+        diff: dict[str, dict[str, Any]] = {}
+        for name, new in wanted.items():
+            old = getattr(current, name)
+            if _raw(old) != _raw(new):
+                diff[name] = {"old": plain(old), "new": plain(new)}
+                setattr(current, name, new)
+        merged = dict(current.custom_fields or {})
+        for key, value in custom.items():
+            old = merged.get(key)
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+            if old != value:
+                diff[f"custom_fields.{key}"] = {"old": old, "new": value}
+        if not current.phone and not current.email:
+            raise ValidationFailed(errors={"phone": ["A lead needs a phone or an e-mail."],
+                                           "email": ["A lead needs a phone or an e-mail."]})
+        if not diff:
+            return current
+        _check_contact_is_free(current, diff)
+        current.custom_fields = merged
+        if "owner" in diff:
+            current.team = current.owner.team_id if current.owner else None
+        now = utcnow()
+        current.updated_at, current.version = now, current.version + 1
+        rescore(current, refs)
+        try:
+            with database.atomic():
+                current.save()
+        except pw.IntegrityError:
+            raise Conflict("Another lead already has this phone number or e-mail.") from None
+        _activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
+        if "owner" in diff:
+            owner = current.owner
+            _activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.",
+                      {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None})
+        _audit(current, actor, "updated", diff)
+    return current
+
+
+def _raw(value: Any) -> Any:
+    return value.id if isinstance(value, pw.Model) else value
+
+
+def _assignable_member(public_id: str | None, actor: Actor) -> Member | None:
+    if public_id is None:
+        return None
+    query = Member.select().where((Member.public_id == public_id) & (Member.workspace == actor.workspace.id))
+    if actor.member_scope is not None:
+        query = query.where(actor.member_scope)
+    member = query.first()
+    if member is None:
+        raise ValidationFailed.field("owner", "Unknown member, or one you cannot assign leads to.")
+    if not member.active:
+        raise ValidationFailed.field("owner", "This member is deactivated and cannot receive leads.")
+    return member
+
+
+def _check_contact_is_free(lead: Lead, diff: Mapping[str, Any]) -> None:
+    for name in ("phone", "email"):
+        value = getattr(lead, name)
+        if name in diff and value and Lead.select(Lead.id).where(
+                (Lead.workspace == lead.workspace_id) & (getattr(Lead, name) == value) & (Lead.id != lead.id)).exists():
+            raise Conflict(f"Another lead already has this {'phone number' if name == 'phone' else 'e-mail'}.")
+
+
+# --- stage moves -----------------------------------------------------------------------------
+
+def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs: Refs, *,
+                if_match: str | None = None) -> tuple[Lead, Transition]:
+    """Move the lead to another status: transition, activity and audit entry in one transaction."""
+    target = refs.by_public_id(refs.statuses, status_id)
+    if target is None:
+        raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
+    with database.atomic():
+        current = _lock(lead)
+        _check_if_match(current, if_match)
+        here = refs.statuses[current.status_id]
+        allowed = here.next_ids(refs.pipeline())
+        options = ", ".join(f"{s.name} ({s.public_id})" for s in refs.pipeline() if s.public_id in allowed) or "none"
+        if target.id == here.id:
+            raise Conflict(f"The lead is already in {here.name}. It can move to: {options}.")
+        if target.public_id not in allowed:
+            raise Conflict(f"A lead in {here.name} cannot move to {target.name}. It can move to: {options}.")
+        now = utcnow()
+        transition = Transition.create(
+            workspace=current.workspace_id, lead=current, from_status=here, to_status=target, note=note,
+            at=now, seconds_in_from=max(0, int((now - current.status_changed_at).total_seconds())),
+            **actor.columns())
+        current.status, current.status_changed_at = target, now
+        current.updated_at, current.version = now, current.version + 1
+        rescore(current, refs)
+        current.save()
+        summary = f"Moved from {here.name} to {target.name}." + (f" {note}" if note else "")
+        _activity(current, actor, "status_changed", summary,
+                  {"from": here.public_id, "to": target.public_id, "transition": transition.public_id})
+        _audit(current, actor, "status_changed", {"status": {"old": here.public_id, "new": target.public_id}})
+    return current, transition
+
+
+# --- timeline --------------------------------------------------------------------------------
+
+def add_note(lead: Lead, body: str, actor: Actor) -> Note:
+    with database.atomic():
+        note = Note.create(workspace=lead.workspace_id, lead=lead, body=body, **actor.columns())
+        _activity(lead, actor, "note", body[:200], {"note": note.public_id})
+    return note
+
+
+def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | None, actor: Actor,
+                 refs: Refs) -> tuple[Lead, Activity]:
+    """Log a call, e-mail, meeting or message: moves last_activity_at and the engagement score."""
+    assert kind in CONTACT_KINDS
+    with database.atomic():
+        current = _lock(lead)
+        activity = _activity(current, actor, kind, summary, at=occurred_at)
+        at = activity.occurred_at
+        if current.last_activity_at is None or at > current.last_activity_at:
+            current.last_activity_at = current.activity_sort_at = at
+        current.engagement += ENGAGEMENT_POINTS[kind]
+        current.updated_at, current.version = utcnow(), current.version + 1
+        rescore(current, refs)
+        current.save()
+    return current, activity

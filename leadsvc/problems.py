@@ -1,0 +1,246 @@
+"""RFC 9457 problem documents: the only code that turns an error into a response."""
+
+from __future__ import annotations
+
+import http
+import json
+import logging
+from typing import Any, Mapping
+
+import flask_smorest
+import marshmallow as ma
+from flask import Response, g, request
+from flask_smorest.utils import prepare_response
+from werkzeug.exceptions import HTTPException
+
+from .config import settings
+from .db import is_unavailable
+
+log = logging.getLogger("leadsvc")
+
+PROBLEM_MIMETYPE = "application/problem+json"
+RETRY_AFTER_UNAVAILABLE = 5   # seconds a client waits before retrying a 503
+
+# code -> (status, title, what it means): also the text of /docs/api/problems/<code>.
+CODES: dict[str, tuple[int, str, str]] = {
+    "unauthenticated": (401, "Authentication required",
+                        "The request carries no bearer token, or the token is malformed, unknown, "
+                        "expired or revoked. Send `Authorization: Bearer lsk_...` with a valid token."),
+    "forbidden": (403, "Not allowed",
+                  "The token is valid but lacks the ability this operation needs; `detail` names it. "
+                  "Issue a token with that ability (agents can never hold leads:assign, "
+                  "reports:read or audit:read)."),
+    "not_found": (404, "Not found",
+                  "No such route, or no such record in the caller's data scope. A record outside "
+                  "the scope is reported exactly like one that does not exist."),
+    "method_not_allowed": (405, "Method not allowed",
+                           "The route exists but not with this HTTP method; the `Allow` header lists "
+                           "the methods it takes."),
+    "conflict": (409, "Conflict",
+                 "The request clashes with the current state: a phone or e-mail that another lead "
+                 "has, a duplicate outside the caller's scope, or a stage move that the lead's "
+                 "status does not allow (`detail` lists the allowed targets)."),
+    "precondition_failed": (412, "Precondition failed",
+                            "The `If-Match` header does not match the lead's current `ETag`: someone "
+                            "changed it since you read it. Read it again and retry."),
+    "payload_too_large": (413, "Payload too large",
+                          "The request body is larger than the service accepts (64 KiB by default)."),
+    "unsupported_media_type": (415, "Unsupported media type",
+                               "The body must be JSON, sent with `Content-Type: application/json` "
+                               "(web-form submissions also take form encoding)."),
+    "validation_failed": (422, "Validation failed",
+                          "The input is not valid: `errors` maps each field (or `body`, or a query "
+                          "parameter such as `page[size]`) to a list of messages. Nothing was changed."),
+    "rate_limited": (429, "Too many requests",
+                     "The caller went over its rate limit. Wait the number of seconds in "
+                     "`Retry-After`; the `RateLimit-*` headers show the budget."),
+    "bad_request": (400, "Bad request",
+                    "The request breaks HTTP in a way the service cannot take (for example headers "
+                    "that are too large); `status` carries the precise 4xx code."),
+    "internal_error": (500, "Internal error",
+                       "Something failed inside the service. Nothing was half-written; quote the "
+                       "`request_id` when you report it."),
+    "service_unavailable": (503, "Service unavailable",
+                            "The database is unreachable, busy past its timeout or out of "
+                            "connections. Retry after `Retry-After` seconds with backoff."),
+}
+_CODE_BY_STATUS = {status: code for code, (status, _, _) in CODES.items()}
+
+DEFAULT_DETAILS = {
+    "unauthenticated": "A valid bearer token is required.",
+    "not_found": "There is nothing at this address.",
+    "method_not_allowed": "This route does not take that method.",
+    "payload_too_large": "The request body is too large.",
+    "unsupported_media_type": "Use Content-Type: application/json.",
+    "validation_failed": "Some of the input is not valid; see errors.",
+    "rate_limited": "Too many requests; slow down.",
+    "bad_request": "The request could not be understood.",
+    "internal_error": "The service failed to handle this request.",
+    "service_unavailable": "The database is not available right now; retry shortly.",
+}
+
+
+class Problem(Exception):
+    """A domain error that becomes a problem document: raise it anywhere below a view."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, detail: str | None = None, *, errors: Mapping[str, list[str]] | None = None,
+                 headers: Mapping[str, str] | None = None):
+        super().__init__(detail or self.code)
+        self.detail = detail
+        self.errors = dict(errors) if errors else None
+        self.headers = dict(headers or {})
+
+
+class Unauthenticated(Problem):
+    status, code = 401, "unauthenticated"
+
+    def __init__(self, detail: str | None = None):
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="leadsvc"'})
+
+
+class Forbidden(Problem):
+    status, code = 403, "forbidden"
+
+
+class NotFound(Problem):
+    status, code = 404, "not_found"
+
+
+class Conflict(Problem):
+    status, code = 409, "conflict"
+
+
+class PreconditionFailed(Problem):
+    status, code = 412, "precondition_failed"
+
+
+class PayloadTooLarge(Problem):
+    status, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(Problem):
+    status, code = 415, "unsupported_media_type"
+
+
+class ValidationFailed(Problem):
+    status, code = 422, "validation_failed"
+
+    @classmethod
+    def field(cls, name: str, message: str) -> "ValidationFailed":
+        return cls(errors={name: [message]})
+
+
+class ServiceUnavailable(Problem):
+    status, code = 503, "service_unavailable"
+
+    def __init__(self, detail: str | None = None):
+        super().__init__(detail, headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)})
+
+
+class ProblemSchema(ma.Schema):
+    """An RFC 9457 problem document."""
+
+    type = ma.fields.String(required=True, metadata={"description": "URL of the page that explains `code`."})
+    title = ma.fields.String(required=True)
+    status = ma.fields.Integer(required=True)
+    detail = ma.fields.String(required=True)
+    code = ma.fields.String(required=True, metadata={"enum": list(CODES),
+                                                     "description": "Stable machine-readable code."})
+    request_id = ma.fields.String(required=True)
+    errors = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()),
+                            metadata={"description": "Field -> messages, on validation failures."})
+
+
+def problem_type(code: str) -> str:
+    base = settings()["api"]["docs_url"].rstrip("/") or request.url_root.rstrip("/") + "/docs"
+    return f"{base}/api/problems/{code}"
+
+
+def problem_response(status: int, code: str, detail: str | None = None, *,
+                     errors: Mapping[str, list[str]] | None = None,
+                     headers: Mapping[str, str] | None = None) -> Response:
+    """The one place a problem document is built."""
+    body: dict[str, Any] = {
+        "type": problem_type(code),
+        "title": CODES[code][1],
+        "status": status,
+        "detail": detail or DEFAULT_DETAILS.get(code) or CODES[code][1] + ".",
+        "code": code,
+        "request_id": g.get("request_id", ""),
+    }
+    if errors:
+        body["errors"] = dict(errors)
+    response = Response(json.dumps(body, ensure_ascii=False), status=status, mimetype=PROBLEM_MIMETYPE)
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
+    """webargs/marshmallow nested messages -> {"contact.phone": [...]}; `_schema` becomes `body`."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(messages, Mapping):
+        for key, value in messages.items():
+            name = "body" if key == "_schema" and not prefix else f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                flat.update(flatten_messages(value, name + "."))
+            else:
+                flat.setdefault(name, []).extend(value if isinstance(value, list) else [str(value)])
+    elif messages:
+        flat[prefix.rstrip(".") or "body"] = messages if isinstance(messages, list) else [str(messages)]
+    return flat
+
+
+class ProblemApi(flask_smorest.Api):
+    """flask-smorest's Api with every error rendered as a problem document."""
+
+    ERROR_SCHEMA = ProblemSchema
+    DEFAULT_RESPONSE_CONTENT_TYPE = "application/json"
+
+    def _register_error_handlers(self) -> None:
+        self._app.register_error_handler(HTTPException, self.handle_http_exception)
+        self._app.register_error_handler(Problem, self.handle_problem)
+        self._app.register_error_handler(Exception, self.handle_unexpected)
+
+    def handle_http_exception(self, err: HTTPException) -> Response:
+        data = getattr(err, "data", None) or {}
+        headers = {k: v for k, v in err.get_headers() if k.lower() != "content-type"}
+        headers.update(data.get("headers") or {})
+        messages = data.get("errors") or data.get("messages")
+        errors = None
+        if isinstance(messages, Mapping):
+            # webargs groups messages by location ({"json": {...}, "query": {...}}).
+            errors = {}
+            for location_messages in messages.values():
+                errors.update(flatten_messages(location_messages))
+        status = err.code or 500
+        if status == 400:   # malformed input, from werkzeug or webargs: the contract says 422
+            status = 422
+        code = data.get("code") or _CODE_BY_STATUS.get(status) or (
+            "bad_request" if status < 500 else "internal_error")
+        return problem_response(status, code, data.get("message"), errors=errors, headers=headers)
+
+    def handle_problem(self, err: Problem) -> Response:
+        return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
+
+    def handle_unexpected(self, err: Exception) -> Response:
+        if is_unavailable(err):
+            log.warning("database unavailable: %s", type(err).__name__, extra={"request_id": g.get("request_id")})
+            return self.handle_problem(ServiceUnavailable())
+        log.exception("unhandled error", extra={"request_id": g.get("request_id")})
+        return problem_response(500, "internal_error")
+
+    def _register_responses(self) -> None:
+        """flask-smorest's own, with the error responses documented as application/problem+json."""
+        for status in http.HTTPStatus:
+            response: dict[str, Any] = {"description": status.phrase}
+            if not (100 <= status < 200) and status not in (204, 304):
+                response["schema"] = self.ERROR_SCHEMA
+            prepare_response(response, self.spec, PROBLEM_MIMETYPE)
+            self.spec.components.response(status.name, response, lazy=True)
+        response = {"description": "Default error response", "schema": self.ERROR_SCHEMA}
+        prepare_response(response, self.spec, PROBLEM_MIMETYPE)
+        self.spec.components.response(self.DEFAULT_ERROR_RESPONSE_NAME, response, lazy=True)

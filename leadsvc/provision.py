@@ -1,0 +1,370 @@
+"""`leadsvc setup FILE`: create or update a workspace from a TOML file, all or nothing.
+
+The workspace is identified by its name and everything in it by name (members by e-mail), so
+running the same file twice changes nothing and keeps every id. Setup never deletes: an item
+left out of the file stays as it was (deactivate a member with `active = false`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import zoneinfo
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import marshmallow as ma
+import peewee as pw
+from marshmallow import validate
+
+from .db import database
+from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, Member, Rule,
+                     Source, Status, Team, Workspace)
+
+SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class SetupError(Exception):
+    """A setup file that cannot be applied; `problems` lists each key and what is wrong with it."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# --- the file's shape ------------------------------------------------------------------------
+
+def _name(**kwargs):
+    return ma.fields.String(required=True, validate=validate.Length(1, 100), **kwargs)
+
+
+class WorkspaceSection(ma.Schema):
+    name = _name()
+    timezone = ma.fields.String(load_default="Asia/Kolkata")
+    currency = ma.fields.String(load_default="INR", validate=validate.Regexp(r"^[A-Z]{3}$",
+                                                                             error="Use a 3-letter ISO 4217 code."))
+
+    @ma.validates("timezone")
+    def _known_zone(self, value, **kwargs):
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ma.ValidationError(f"Unknown time zone {value!r}; use an IANA name like Asia/Kolkata.") from None
+
+
+class TeamItem(ma.Schema):
+    name = _name()
+
+
+class MemberItem(ma.Schema):
+    name = _name()
+    email = ma.fields.Email(required=True)
+    role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
+    team = ma.fields.String()
+    active = ma.fields.Boolean(load_default=True)
+
+    @ma.validates_schema
+    def _team_for_non_admins(self, data, **kwargs):
+        if data.get("role") in ("manager", "agent") and not data.get("team"):
+            raise ma.ValidationError("Required for managers and agents.", "team")
+
+
+class StatusItem(ma.Schema):
+    name = _name()
+    kind = ma.fields.String(required=True, validate=validate.OneOf(STATUS_KINDS))
+    next = ma.fields.List(ma.fields.String())
+
+
+class SourceItem(ma.Schema):
+    name = _name()
+    score = ma.fields.Integer(load_default=0, validate=validate.Range(-100, 100))
+
+
+class CustomFieldItem(ma.Schema):
+    name = ma.fields.String(required=True, validate=validate.Regexp(
+        SNAKE_CASE, error="Use a snake_case key such as product_interest."))
+    label = ma.fields.String(validate=validate.Length(1, 100))
+    type = ma.fields.String(required=True, validate=validate.OneOf(FIELD_TYPES))
+    options = ma.fields.List(ma.fields.String(validate=validate.Length(1, 100)))
+    score = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(validate=validate.Range(-100, 100)))
+
+    @ma.validates_schema
+    def _options_for_choices(self, data, **kwargs):
+        if data.get("type") == "choice" and not data.get("options"):
+            raise ma.ValidationError("A choice field needs its options.", "options")
+        if data.get("type") != "choice" and "options" in data:
+            raise ma.ValidationError("Only choice fields take options.", "options")
+
+
+class RuleWhen(ma.Schema):
+    source = ma.fields.List(ma.fields.String())
+    custom_fields = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.List(ma.fields.Raw()))
+    estimated_value_gte = ma.fields.Float()
+    estimated_value_lt = ma.fields.Float()
+
+
+class RuleAssign(ma.Schema):
+    team = ma.fields.String()
+    strategy = ma.fields.String(validate=validate.OneOf(["round_robin", "least_open"]))
+    member = ma.fields.Email()
+
+    @ma.validates_schema
+    def _team_or_member(self, data, **kwargs):
+        if ("team" in data) == ("member" in data):
+            raise ma.ValidationError("Give either team (with a strategy) or member.")
+        if "team" in data and "strategy" not in data:
+            raise ma.ValidationError("Required with team: round_robin or least_open.", "strategy")
+
+
+class RuleItem(ma.Schema):
+    name = _name()
+    when = ma.fields.Nested(RuleWhen, load_default=dict)
+    assign = ma.fields.Nested(RuleAssign, required=True)
+
+
+class FormItem(ma.Schema):
+    name = _name()
+    source = ma.fields.String()
+    allowed_origins = ma.fields.List(ma.fields.Url(schemes={"http", "https"}, require_tld=False),
+                                     load_default=list)
+
+
+class SetupFile(ma.Schema):
+    workspace = ma.fields.Nested(WorkspaceSection, required=True)
+    teams = ma.fields.List(ma.fields.Nested(TeamItem), load_default=list)
+    members = ma.fields.List(ma.fields.Nested(MemberItem), load_default=list)
+    statuses = ma.fields.List(ma.fields.Nested(StatusItem), load_default=list)
+    sources = ma.fields.List(ma.fields.Nested(SourceItem), load_default=list)
+    custom_fields = ma.fields.List(ma.fields.Nested(CustomFieldItem), load_default=list)
+    rules = ma.fields.List(ma.fields.Nested(RuleItem), load_default=list)
+    forms = ma.fields.List(ma.fields.Nested(FormItem), load_default=list)
+
+
+# --- reading and checking --------------------------------------------------------------------
+
+def read_setup_file(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise SetupError([f"{path}: no such file."]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SetupError([f"{path}: not valid TOML: {exc}."]) from None
+    return parse_setup(raw)
+
+
+def parse_setup(raw: dict[str, Any]) -> dict[str, Any]:
+    """The file's data, checked for shape and for every name it refers to."""
+    try:
+        data = SetupFile().load(raw)
+    except ma.ValidationError as exc:
+        raise SetupError(_messages(exc.messages)) from None
+    problems = _check_references(data)
+    if problems:
+        raise SetupError(problems)
+    return data
+
+
+def _messages(messages: Any, path: str = "") -> list[str]:
+    """marshmallow's nested messages as `members[2].team: ...` lines."""
+    lines = []
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            if key == "_schema":
+                here = path or "file"
+            elif isinstance(key, int):
+                here = f"{path}[{key}]"
+            else:
+                here = f"{path}.{key}" if path else str(key)
+            lines.extend(_messages(value, here))
+    else:
+        for message in messages if isinstance(messages, list) else [messages]:
+            text = "unknown key; check its spelling" if message == "Unknown field." else str(message).rstrip(".")
+            lines.append(f"{path}: {text}.")
+    return lines
+
+
+def _duplicates(items: list[dict], key: str, section: str) -> list[str]:
+    seen, problems = set(), []
+    for i, item in enumerate(items):
+        value = item[key].lower() if key == "email" else item[key]
+        if value in seen:
+            problems.append(f"{section}[{i}].{key}: {item[key]!r} appears twice.")
+        seen.add(value)
+    return problems
+
+
+def _check_references(data: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    for section, key in (("teams", "name"), ("members", "email"), ("statuses", "name"),
+                         ("sources", "name"), ("custom_fields", "name"), ("rules", "name"), ("forms", "name")):
+        problems += _duplicates(data[section], key, section)
+
+    existing = Workspace.get_or_none(Workspace.name == data["workspace"]["name"])
+
+    def known(model, column, section_items, key="name"):
+        names = {item[key] for item in section_items}
+        if existing is not None:
+            names |= {getattr(row, column) for row in model.select().where(model.workspace == existing.id)}
+        return names
+
+    teams = known(Team, "name", data["teams"])
+    statuses = known(Status, "name", data["statuses"])
+    sources = known(Source, "name", data["sources"])
+    members = {m["email"].lower(): m for m in data["members"]}
+    if existing is not None:
+        for row in Member.select().where(Member.workspace == existing.id):
+            members.setdefault(row.email, {"role": row.role, "active": row.active})
+    fields = {f["name"]: f for f in data["custom_fields"]}
+    if existing is not None:
+        for row in CustomField.select().where(CustomField.workspace == existing.id):
+            fields.setdefault(row.name, {"type": row.type, "options": row.options})
+
+    def must_exist(value, names, where, what):
+        if value not in names:
+            hint = f" (known: {', '.join(sorted(names))})" if names else f" (there are no {what}s)"
+            problems.append(f"{where}: unknown {what} {value!r}{hint}.")
+
+    for i, member in enumerate(data["members"]):
+        if member.get("team"):
+            must_exist(member["team"], teams, f"members[{i}].team", "team")
+    if data["statuses"] and data["statuses"][0]["kind"] != "open":
+        problems.append("statuses[0].kind: the first status is where new leads start, so it must be open.")
+    if not statuses:
+        problems.append("statuses: a workspace needs at least one status.")
+    for i, status in enumerate(data["statuses"]):
+        for j, name in enumerate(status.get("next", [])):
+            must_exist(name, statuses, f"statuses[{i}].next[{j}]", "status")
+            if name == status["name"]:
+                problems.append(f"statuses[{i}].next[{j}]: a status cannot move to itself.")
+    for i, cf in enumerate(data["custom_fields"]):
+        for value in cf.get("score", {}):
+            if cf["type"] == "choice" and value not in cf["options"]:
+                problems.append(f"custom_fields[{i}].score.{value}: not one of the options.")
+    for i, rule in enumerate(data["rules"]):
+        where = f"rules[{i}]"
+        for j, name in enumerate(rule["when"].get("source", [])):
+            must_exist(name, sources, f"{where}.when.source[{j}]", "source")
+        for key in rule["when"].get("custom_fields", {}):
+            must_exist(key, set(fields), f"{where}.when.custom_fields.{key}", "custom field")
+        assign = rule["assign"]
+        if "team" in assign:
+            must_exist(assign["team"], teams, f"{where}.assign.team", "team")
+        elif assign["member"].lower() not in members:
+            problems.append(f"{where}.assign.member: unknown member {assign['member']!r}.")
+    for i, form in enumerate(data["forms"]):
+        if form.get("source"):
+            must_exist(form["source"], sources, f"forms[{i}].source", "source")
+    return problems
+
+
+# --- applying --------------------------------------------------------------------------------
+
+@dataclass
+class SetupResult:
+    workspace: str
+    teams: dict[str, str] = field(default_factory=dict)
+    members: dict[str, str] = field(default_factory=dict)
+    statuses: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    custom_fields: dict[str, str] = field(default_factory=dict)
+    rules: dict[str, str] = field(default_factory=dict)
+    forms: dict[str, str] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"workspace": self.workspace, "teams": self.teams, "members": self.members,
+                "statuses": self.statuses, "sources": self.sources, "custom_fields": self.custom_fields,
+                "rules": self.rules, "forms": self.forms}
+
+
+def _upsert(model, workspace: Workspace, lookup: dict[str, Any], values: dict[str, Any]):
+    """The row matching lookup in the workspace, created or brought up to date with values."""
+    query = model.select().where(model.workspace == workspace.id)
+    for column, value in lookup.items():
+        query = query.where(getattr(model, column) == value)
+    row = query.first()
+    if row is None:
+        return model.create(workspace=workspace, **lookup, **values)
+    changed = [key for key, value in values.items()
+               if row.__data__.get(key) != (value.id if isinstance(value, pw.Model) else value)]
+    if changed:
+        for key in changed:
+            setattr(row, key, values[key])
+        row.save(only=[getattr(model, key) for key in changed])
+    return row
+
+
+def apply_setup(data: dict[str, Any]) -> SetupResult:
+    """Create or update the workspace described by checked setup data, in one transaction."""
+    with database.atomic():
+        ws = data["workspace"]
+        workspace = Workspace.get_or_none(Workspace.name == ws["name"])
+        if workspace is None:
+            workspace = Workspace.create(name=ws["name"], timezone=ws["timezone"], currency=ws["currency"])
+        elif (workspace.timezone, workspace.currency) != (ws["timezone"], ws["currency"]):
+            workspace.timezone, workspace.currency = ws["timezone"], ws["currency"]
+            workspace.save(only=[Workspace.timezone, Workspace.currency])
+        result = SetupResult(workspace=workspace.public_id)
+
+        teams = {t.name: t for t in Team.select().where(Team.workspace == workspace.id)}
+        for item in data["teams"]:
+            teams[item["name"]] = _upsert(Team, workspace, {"name": item["name"]}, {})
+        result.teams = {item["name"]: teams[item["name"]].public_id for item in data["teams"]}
+
+        members = {}
+        for item in data["members"]:
+            email = item["email"].lower()
+            team = teams[item["team"]] if item.get("team") else None
+            members[email] = _upsert(Member, workspace, {"email": email},
+                                     {"name": item["name"], "role": item["role"], "team": team,
+                                      "active": item["active"]})
+        result.members = {email: m.public_id for email, m in members.items()}
+
+        statuses = {s.name: s for s in Status.select().where(Status.workspace == workspace.id)}
+        listed = [item["name"] for item in data["statuses"]]
+        unlisted = sorted((s for s in statuses.values() if s.name not in listed), key=lambda s: s.position)
+        for position, item in enumerate(data["statuses"], start=1):
+            statuses[item["name"]] = _upsert(Status, workspace, {"name": item["name"]},
+                                             {"kind": item["kind"], "position": position})
+        for position, status in enumerate(unlisted, start=len(listed) + 1):
+            _upsert(Status, workspace, {"name": status.name}, {"position": position})
+        for item in data["statuses"]:
+            allowed = [statuses[name].public_id for name in item["next"]] if "next" in item else None
+            _upsert(Status, workspace, {"name": item["name"]}, {"allowed_next": allowed})
+        result.statuses = {name: statuses[name].public_id for name in listed}
+
+        sources = {s.name: s for s in Source.select().where(Source.workspace == workspace.id)}
+        for item in data["sources"]:
+            sources[item["name"]] = _upsert(Source, workspace, {"name": item["name"]}, {"score": item["score"]})
+        result.sources = {item["name"]: sources[item["name"]].public_id for item in data["sources"]}
+
+        for position, item in enumerate(data["custom_fields"], start=1):
+            row = _upsert(CustomField, workspace, {"name": item["name"]},
+                          {"label": item.get("label") or item["name"].replace("_", " ").capitalize(),
+                           "type": item["type"], "options": item.get("options"),
+                           "score": item.get("score"), "position": position})
+            result.custom_fields[item["name"]] = row.public_id
+
+        for position, item in enumerate(data["rules"], start=1):
+            when = item["when"]
+            conditions = {key: value for key, value in when.items() if key != "source"}
+            if "source" in when:
+                conditions["source"] = [sources[name].public_id for name in when["source"]]
+            assign = item["assign"]
+            if "team" in assign:
+                target = {"team": teams[assign["team"]], "member": None, "strategy": assign["strategy"]}
+            else:
+                member = members.get(assign["member"].lower()) or Member.get(
+                    (Member.workspace == workspace.id) & (Member.email == assign["member"].lower()))
+                target = {"team": None, "member": member, "strategy": "member"}
+            row = _upsert(Rule, workspace, {"name": item["name"]},
+                          {"position": position, "conditions": conditions, **target})
+            result.rules[item["name"]] = row.public_id
+
+        for item in data["forms"]:
+            source = sources[item["source"]] if item.get("source") else None
+            row = _upsert(Form, workspace, {"name": item["name"]},
+                          {"source": source, "allowed_origins": item["allowed_origins"]})
+            result.forms[item["name"]] = row.public_id
+    return result

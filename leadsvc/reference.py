@@ -1,0 +1,68 @@
+"""Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields)."""
+
+from __future__ import annotations
+
+import peewee as pw
+from flask.views import MethodView
+
+from .auth import caller, requires
+from .extensions import Blueprint
+from .models import CustomField, Member, Source, Status, Team
+from .schemas import CustomFieldSchema, MemberSchema, SourceSchema, StatusSchema, TeamSchema, page_of, whole_page
+
+blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Reference data of the caller's workspace.")
+
+
+def pipeline(workspace_id: int) -> list[Status]:
+    """The workspace's statuses in pipeline order."""
+    return list(Status.select().where(Status.workspace == workspace_id).order_by(Status.position, Status.id))
+
+
+@blp.route("/statuses")
+class Statuses(MethodView):
+    @requires()
+    @blp.response(200, page_of(StatusSchema))
+    def get(self):
+        """List the pipeline's statuses in order"""
+        statuses = pipeline(caller().workspace.id)
+        for status in statuses:
+            status.next = status.next_ids(statuses)
+        return whole_page(statuses)
+
+
+@blp.route("/sources")
+class Sources(MethodView):
+    @requires()
+    @blp.response(200, page_of(SourceSchema))
+    def get(self):
+        """List the lead sources"""
+        return whole_page(Source.select().where(Source.workspace == caller().workspace.id).order_by(Source.name))
+
+
+@blp.route("/members")
+class Members(MethodView):
+    @requires()
+    @blp.response(200, page_of(MemberSchema))
+    def get(self):
+        """List the workspace's members"""
+        return whole_page(Member.select(Member, Team).join(Team, pw.JOIN.LEFT_OUTER)
+                          .where(Member.workspace == caller().workspace.id).order_by(Member.name, Member.id))
+
+
+@blp.route("/teams")
+class Teams(MethodView):
+    @requires()
+    @blp.response(200, page_of(TeamSchema))
+    def get(self):
+        """List the teams"""
+        return whole_page(Team.select().where(Team.workspace == caller().workspace.id).order_by(Team.name))
+
+
+@blp.route("/custom-fields")
+class CustomFields(MethodView):
+    @requires()
+    @blp.response(200, page_of(CustomFieldSchema))
+    def get(self):
+        """List the custom fields a lead may carry"""
+        return whole_page(CustomField.select().where(CustomField.workspace == caller().workspace.id)
+                          .order_by(CustomField.position, CustomField.name))

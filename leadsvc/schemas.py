@@ -1,0 +1,328 @@
+"""Marshmallow schemas: what goes in (normalized at the boundary) and what comes out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from functools import cache
+
+import marshmallow as ma
+
+from .models import public_id_pattern
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """A naive UTC datetime as RFC 3339 with Z."""
+    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class UtcDateTime(ma.fields.DateTime):
+    """Dumps naive UTC datetimes as RFC 3339 with `Z`."""
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        return rfc3339(value)
+
+
+class RefSchema(ma.Schema):
+    """A related record: its public id and name."""
+
+    id = ma.fields.String(attribute="public_id", required=True)
+    name = ma.fields.String(required=True)
+
+
+class TeamSchema(RefSchema):
+    pass
+
+
+class SourceSchema(RefSchema):
+    score = ma.fields.Integer(required=True, metadata={"description": "Points a lead from this source scores."})
+
+
+class StatusSchema(RefSchema):
+    position = ma.fields.Integer(required=True)
+    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    next = ma.fields.List(ma.fields.String(), required=True,
+                          metadata={"description": "Ids of the statuses a lead may move to from this one."})
+
+
+class MemberSchema(RefSchema):
+    email = ma.fields.String(required=True)
+    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    active = ma.fields.Boolean(required=True)
+
+
+class CustomFieldSchema(RefSchema):
+    label = ma.fields.String(required=True)
+    type = ma.fields.String(required=True, metadata={"enum": ["text", "number", "boolean", "date", "choice"]})
+    options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
+
+
+class LinksSchema(ma.Schema):
+    next = ma.fields.String(allow_none=True, required=True,
+                            metadata={"description": "Relative URL of the next page; null on the last."})
+
+
+class MetaSchema(ma.Schema):
+    has_more = ma.fields.Boolean(required=True)
+
+
+@cache
+def page_of(item: type[ma.Schema], meta: type[ma.Schema] = MetaSchema) -> type[ma.Schema]:
+    """The list envelope around a schema: {"data": [...], "links": {"next"}, "meta": {"has_more"}}."""
+    name = item.__name__.removesuffix("Schema") + "Page"
+    return type(name, (ma.Schema,), {
+        "data": ma.fields.List(ma.fields.Nested(item), required=True),
+        "links": ma.fields.Nested(LinksSchema, required=True),
+        "meta": ma.fields.Nested(meta, required=True),
+    })
+
+
+@cache
+def one(item: type[ma.Schema]) -> type[ma.Schema]:
+    """The single-resource envelope: {"data": {...}}."""
+    name = item.__name__.removesuffix("Schema") + "Document"
+    return type(name, (ma.Schema,), {"data": ma.fields.Nested(item, required=True)})
+
+
+def whole_page(items) -> dict:
+    """A list that fits on one page (reference data)."""
+    return {"data": list(items), "links": {"next": None}, "meta": {"has_more": False}}
+
+
+# --- input fields: normalization happens here, at the boundary -------------------------------
+
+class Text(ma.fields.String):
+    """A trimmed string of at most max_length characters."""
+
+    def __init__(self, max_length: int, **kwargs):
+        self.max_length = max_length
+        super().__init__(validate=ma.validate.Length(max=max_length), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        return super()._deserialize(value, attr, data, **kwargs).strip()
+
+
+class IndianMobile(ma.fields.String):
+    """An Indian mobile number in any common spelling, stored as E.164 (+91XXXXXXXXXX)."""
+
+    default_error_messages = {"invalid_mobile": "Enter a valid Indian mobile number, such as +91 98765 43210."}
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        raw = super()._deserialize(value, attr, data, **kwargs).strip()
+        normalized = normalize_indian_mobile(raw) if len(raw) <= 32 else None
+        if normalized is None:
+            raise self.make_error("invalid_mobile")
+        return normalized
+
+
+def normalize_indian_mobile(raw: str) -> str | None:
+    import phonenumbers
+    from phonenumbers import PhoneNumberFormat, PhoneNumberType
+
+    try:
+        number = phonenumbers.parse(raw, "IN")
+    except phonenumbers.NumberParseException:
+        return None
+    if (number.country_code != 91 or number.extension or not phonenumbers.is_valid_number_for_region(number, "IN")
+            or phonenumbers.number_type(number) != PhoneNumberType.MOBILE):
+        return None
+    return phonenumbers.format_number(number, PhoneNumberFormat.E164)
+
+
+class LowerEmail(ma.fields.Email):
+    """A checked e-mail address, trimmed and lower-cased."""
+
+    def __init__(self, **kwargs):
+        super().__init__(validate=ma.validate.Length(max=254), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, str):
+            value = value.strip()
+        return super()._deserialize(value, attr, data, **kwargs).lower()
+
+
+class PublicId(ma.fields.String):
+    """A public id of one kind (a name or another kind's id is refused)."""
+
+    def __init__(self, prefix: str, **kwargs):
+        self.prefix = prefix
+        metadata = {"pattern": f"^{prefix}[0-9A-Za-z]{{16,40}}$", **kwargs.pop("metadata", {})}
+        super().__init__(validate=ma.validate.Regexp(
+            public_id_pattern(prefix), error=f"Must be a {prefix}... id."), metadata=metadata, **kwargs)
+
+
+class Money(ma.fields.Float):
+    """A non-negative amount with at most two decimals, loaded as a Decimal."""
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_nan=False, validate=ma.validate.Range(0, 9_999_999_999_999), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, bool):
+            raise self.make_error("invalid")
+        number = super()._deserialize(value, attr, data, **kwargs)
+        return Decimal(str(number)).quantize(Decimal("0.01"))
+
+    def _validated(self, value):
+        if isinstance(value, str):   # the contract says number: "100" is not one
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
+MAX_CUSTOM_FIELDS = 50
+NAME_LENGTH = 100
+NOTE_LENGTH = 5000
+
+
+class CustomFieldValues(ma.fields.Dict):
+    """custom_fields: at most 50 keys; each value is checked against its definition later."""
+
+    def __init__(self, **kwargs):
+        super().__init__(keys=ma.fields.String(validate=ma.validate.Length(1, 64)), values=ma.fields.Raw(allow_none=True),
+                         validate=ma.validate.Length(max=MAX_CUSTOM_FIELDS,
+                                                     error=f"At most {MAX_CUSTOM_FIELDS} custom fields."), **kwargs)
+
+
+# --- leads: input ----------------------------------------------------------------------------
+
+class LeadCreateSchema(ma.Schema):
+    first_name = Text(NAME_LENGTH)
+    last_name = Text(NAME_LENGTH)
+    phone = IndianMobile(metadata={"example": "+919876543210"})
+    email = LowerEmail(metadata={"example": "asha@example.com"})
+    source = PublicId("src_")
+    estimated_value = Money(allow_none=True)
+    custom_fields = CustomFieldValues()
+
+    @ma.validates_schema
+    def _phone_or_email(self, data, **kwargs):
+        if not data.get("phone") and not data.get("email"):
+            message = "Give a phone number or an e-mail address (or both)."
+            raise ma.ValidationError({"phone": [message], "email": [message]})
+
+
+class LeadPatchSchema(ma.Schema):
+    first_name = Text(NAME_LENGTH, allow_none=True)
+    last_name = Text(NAME_LENGTH, allow_none=True)
+    phone = IndianMobile(allow_none=True)
+    email = LowerEmail(allow_none=True)
+    source = PublicId("src_", allow_none=True)
+    estimated_value = Money(allow_none=True)
+    custom_fields = CustomFieldValues(metadata={"description": "Merged key by key; a null value removes the key."})
+    owner = PublicId("mem_", metadata={"description": "Needs the leads:assign ability."})
+    status = ma.fields.Raw(load_only=True, metadata={"description": "Not allowed: use POST /api/v1/leads/{id}/status."})
+
+    @ma.validates("status")
+    def _no_status(self, value, **kwargs):
+        raise ma.ValidationError("PATCH never changes the status; use POST /api/v1/leads/{id}/status.")
+
+
+class StatusMoveSchema(ma.Schema):
+    status = PublicId("st_", required=True)
+    note = Text(NOTE_LENGTH, allow_none=True)
+
+
+class LeadReadQuery(ma.Schema):
+    include = ma.fields.String(metadata={"description": "Comma-separated: activities, notes."})
+
+    @ma.validates("include")
+    def _known_includes(self, value, **kwargs):
+        unknown = [part for part in value.split(",") if part.strip() not in ("activities", "notes")]
+        if unknown:
+            raise ma.ValidationError(f"Unknown include {', '.join(unknown)!s}; use activities and/or notes.")
+
+
+# --- leads: output (documentation of documents.py) -------------------------------------------
+
+class ContactSchema(ma.Schema):
+    first_name = ma.fields.String(required=True)
+    last_name = ma.fields.String(required=True)
+    full_name = ma.fields.String(required=True)
+    phone = ma.fields.String(allow_none=True, required=True, metadata={"description": "E.164"})
+    email = ma.fields.String(allow_none=True, required=True)
+
+
+class StatusRefSchema(RefSchema):
+    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    position = ma.fields.Integer(required=True)
+
+
+class MemberRefSchema(RefSchema):
+    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+
+
+class ScoreReasonSchema(ma.Schema):
+    reason = ma.fields.String(required=True)
+    points = ma.fields.Integer(required=True)
+
+
+class ActorSchema(ma.Schema):
+    type = ma.fields.String(required=True, metadata={"enum": ["token", "form", "system"]})
+    id = ma.fields.String()
+    name = ma.fields.String()
+    member = ma.fields.Nested(MemberRefSchema, allow_none=True)
+
+
+class ActivitySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    kind = ma.fields.String(required=True)
+    summary = ma.fields.String(required=True)
+    data = ma.fields.Dict(required=True)
+    occurred_at = ma.fields.String(required=True)
+    created_at = ma.fields.String(required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+
+
+class NoteSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    body = ma.fields.String(required=True)
+    created_at = ma.fields.String(required=True)
+    author = ma.fields.Nested(ActorSchema, required=True)
+
+
+class LeadSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    contact = ma.fields.Nested(ContactSchema, required=True)
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    status = ma.fields.Nested(StatusRefSchema, required=True)
+    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
+    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    estimated_value = ma.fields.Float(allow_none=True, required=True)
+    currency = ma.fields.String(required=True)
+    custom_fields = ma.fields.Dict(required=True)
+    score = ma.fields.Integer(required=True)
+    score_band = ma.fields.String(required=True, metadata={"enum": ["hot", "warm", "cold"]})
+    score_reasons = ma.fields.List(ma.fields.Nested(ScoreReasonSchema), required=True)
+    created_at = ma.fields.String(required=True)
+    updated_at = ma.fields.String(required=True)
+    last_activity_at = ma.fields.String(allow_none=True, required=True)
+    status_changed_at = ma.fields.String(required=True)
+    activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
+    notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
+
+
+class LeadCreatedSchema(ma.Schema):
+    data = ma.fields.Nested(LeadSchema, required=True)
+    duplicate = ma.fields.Boolean(required=True)
+    matched_on = ma.fields.List(ma.fields.String(), metadata={"description": "On duplicates: phone and/or email."})
+
+
+class LeadListMetaSchema(MetaSchema):
+    unknown_filters = ma.fields.List(ma.fields.String(), metadata={
+        "description": "filter[...] keys the service does not know; the page is empty because of them."})
+
+
+class TransitionSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    from_ = ma.fields.Nested(StatusRefSchema, allow_none=True, required=True, data_key="from")
+    to = ma.fields.Nested(StatusRefSchema, required=True)
+    note = ma.fields.String(allow_none=True, required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+    at = ma.fields.String(required=True)
+    seconds_in_from = ma.fields.Integer(allow_none=True, required=True)
+
+
+class StatusMoveResultSchema(ma.Schema):
+    data = ma.fields.Nested(LeadSchema, required=True)
+    transition = ma.fields.Nested(TransitionSchema, required=True)

@@ -1,0 +1,200 @@
+"""Fixtures: every database test runs on SQLite and on PostgreSQL, each run on fresh databases.
+
+PostgreSQL comes from $LEADSVC_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test);
+each run creates its own database there and drops it afterwards. Without PostgreSQL the
+PostgreSQL half is skipped, except under CI=true, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from leadsvc import create_app
+from leadsvc.auth import issue_token
+from leadsvc.db import database, make_database, migrate
+from leadsvc.models import Member
+from leadsvc.provision import apply_setup, parse_setup
+
+POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _postgres_admin_connection():
+    import psycopg
+
+    return psycopg.connect(POSTGRES_BASE_URL, autocommit=True, connect_timeout=3)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The base URL of a reachable PostgreSQL server (skip, or fail on CI, when there is none)."""
+    try:
+        _postgres_admin_connection().close()
+    except Exception as exc:  # any reason at all: the server is not usable
+        message = f"PostgreSQL at {POSTGRES_BASE_URL} is unreachable: {exc}"
+        if ON_CI:
+            pytest.fail(message + " (CI=true requires it)", pytrace=False)
+        pytest.skip(message)
+    return POSTGRES_BASE_URL
+
+
+def create_postgres_database(base_url: str) -> str:
+    name = f"leadsvc_test_{uuid.uuid4().hex[:12]}"
+    with _postgres_admin_connection() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_postgres_database(url: str) -> None:
+    db = make_database(url)
+    if hasattr(db, "close_all"):
+        db.close_all()
+    name = url.rsplit("/", 1)[1]
+    with _postgres_admin_connection() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def database_url(backend, tmp_path_factory, request) -> str:
+    """A migrated, empty database of the backend, for the whole run."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('sqlite')}/leadsvc.sqlite3"
+    else:
+        url = create_postgres_database(request.getfixturevalue("postgres_server"))
+        request.addfinalizer(lambda: drop_postgres_database(url))
+    migrate(make_database(url))
+    return url
+
+
+TEST_CONFIG: dict[str, dict[str, Any]] = {
+    "rate_limits": {"enabled": False},
+}
+
+
+def config_for(database_url: str, **sections: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    config = {section: dict(values) for section, values in TEST_CONFIG.items()}
+    config["database"] = {"url": database_url}
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    return config
+
+
+@pytest.fixture(scope="session")
+def _session_app(database_url):
+    return create_app(config_for(database_url), config_file=os.devnull)
+
+
+@pytest.fixture
+def app(_session_app, database_url):
+    """The app on this run's database of the backend (the models' proxy re-pointed at it)."""
+    database.initialize(make_database(database_url))
+    yield _session_app
+    if not database.is_closed():
+        database.close()
+
+
+@pytest.fixture
+def make_app(database_url):
+    """Build an app with extra settings, e.g. make_app(rate_limits={"enabled": True})."""
+    def build(**sections):
+        return create_app(config_for(database_url, **sections), config_file=os.devnull)
+    return build
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+# --- data ------------------------------------------------------------------------------------
+
+def standard_setup(name: str) -> dict[str, Any]:
+    """A small workspace: two teams, an admin, a manager per team, three agents."""
+    return {
+        "workspace": {"name": name},
+        "teams": [{"name": "North"}, {"name": "South"}],
+        "members": [
+            {"name": "Ada Admin", "email": "admin@t.test", "role": "admin"},
+            {"name": "Nina North", "email": "nmgr@t.test", "role": "manager", "team": "North"},
+            {"name": "Sam South", "email": "smgr@t.test", "role": "manager", "team": "South"},
+            {"name": "Neel Agent", "email": "n1@t.test", "role": "agent", "team": "North"},
+            {"name": "Nora Agent", "email": "n2@t.test", "role": "agent", "team": "North"},
+            {"name": "Sid Agent", "email": "s1@t.test", "role": "agent", "team": "South"},
+        ],
+        "statuses": [
+            {"name": "New", "kind": "open", "next": ["Contacted", "Lost"]},
+            {"name": "Contacted", "kind": "open", "next": ["Qualified", "Lost"]},
+            {"name": "Qualified", "kind": "open", "next": ["Proposal", "Lost"]},
+            {"name": "Proposal", "kind": "open", "next": ["Won", "Lost"]},
+            {"name": "Won", "kind": "won", "next": []},
+            {"name": "Lost", "kind": "lost", "next": ["New"]},
+        ],
+        "sources": [{"name": "Website", "score": 10}, {"name": "Referral", "score": 20}],
+        "custom_fields": [
+            {"name": "product_interest", "type": "choice", "options": ["2bhk", "3bhk", "villa"],
+             "score": {"villa": 15}},
+            {"name": "budget_confirmed", "type": "boolean", "score": {"true": 10}},
+            {"name": "family_size", "type": "number"},
+            {"name": "site_visit_on", "type": "date"},
+            {"name": "notes_from_call", "type": "text"},
+        ],
+    }
+
+
+@dataclass
+class Tenant:
+    """A workspace made for one test, with its ids and a way to get tokens."""
+
+    ids: Any
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def public_id(self) -> str:
+        return self.ids.workspace
+
+    def member(self, email: str) -> Member:
+        return Member.get(Member.public_id == self.ids.members[email])
+
+    def token(self, email: str = "admin@t.test", abilities: tuple[str, ...] = ("*",)) -> str:
+        key = f"{email}|{','.join(abilities)}"
+        if key not in self.secrets:
+            self.secrets[key] = issue_token(self.member(email), abilities, name="test")[1]
+        return self.secrets[key]
+
+    def headers(self, email: str = "admin@t.test", abilities: tuple[str, ...] = ("*",)) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(email, abilities)}"}
+
+
+ROLE_EMAILS = {"admin": "admin@t.test", "manager": "nmgr@t.test", "agent": "n1@t.test"}
+
+
+@pytest.fixture
+def make_workspace(app):
+    """Create a workspace from the standard setup, changed by `change(data)` if given."""
+    def build(change=None) -> Tenant:
+        data = standard_setup(f"Test {uuid.uuid4().hex[:10]}")
+        if change:
+            change(data)
+        return Tenant(apply_setup(parse_setup(data)))
+    return build
+
+
+@pytest.fixture
+def ws(make_workspace) -> Tenant:
+    return make_workspace()
+
+
+@pytest.fixture
+def other_ws(make_workspace) -> Tenant:
+    """Another tenant: nothing of it may ever show in `ws`."""
+    return make_workspace()
