@@ -8,7 +8,7 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import db, docs, health, leads, observability, reference
+from . import db, docs, health, leads, limits, observability, reference
 from .config import load_settings
 from .problems import ProblemApi
 
@@ -56,6 +56,9 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.extensions["leadsvc.api"] = api
+    limiter = limits.init_app(app)
+    for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):
+        limiter.exempt(probe_or_docs)
     return app
 
 
