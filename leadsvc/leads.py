@@ -84,7 +84,7 @@ class LeadResource(MethodView):
         lead = visible_lead_or_404(public_id)
         tag = etag(lead)
         includes = {part.strip() for part in query.get("include", "").split(",") if part.strip()}
-        if not includes and tag in request.if_none_match:
+        if not includes and request.if_none_match.contains_raw(tag):
             return json_response(None, 304, {"ETag": tag})
         refs = request_refs()
         document = lead_document(lead, refs)

@@ -8,7 +8,9 @@ PostgreSQL half is skipped, except under CI=true, where that is a failure.
 from __future__ import annotations
 
 import os
+import random
 import uuid
+from datetime import datetime, timedelta
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from leadsvc import create_app
 from leadsvc.auth import issue_token
 from leadsvc.db import database, make_database, migrate
-from leadsvc.models import Member
+from leadsvc.models import NEVER, Lead, Member, Status, Workspace, new_public_id
 from leadsvc.provision import apply_setup, parse_setup
 
 POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -198,3 +200,96 @@ def ws(make_workspace) -> Tenant:
 def other_ws(make_workspace) -> Tenant:
     """Another tenant: nothing of it may ever show in `ws`."""
     return make_workspace()
+
+
+# --- leads -----------------------------------------------------------------------------------
+
+def new_phone() -> str:
+    """A fresh valid Indian mobile (the 98 series is all mobile)."""
+    return f"+9198{uuid.uuid4().int % 10**8:08d}"
+
+
+def lead_body(ws: Tenant, **fields: Any) -> dict[str, Any]:
+    body = {"first_name": "Asha", "last_name": "Rao", "phone": new_phone(), "source": ws.ids.sources["Website"]}
+    body.update(fields)
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def create_lead(client, ws: Tenant, as_member: str = "admin@t.test", expect: int = 201, **fields: Any) -> dict[str, Any]:
+    """POST a lead as the member with that e-mail; returns the lead document."""
+    response = client.post("/api/v1/leads", json=lead_body(ws, **fields), headers=ws.headers(as_member))
+    assert response.status_code == expect, response.get_json()
+    return response.json["data"]
+
+
+def bulk_leads(ws, count: int, rng: random.Random) -> None:
+    """Rows inserted directly (listing needs only the lead rows), with many ties on purpose.
+
+    executemany on the driver: peewee builds SQL for each row of insert_many, which costs more
+    than the database's own work here."""
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    status = Status.get(Status.public_id == ws.ids.statuses["New"])
+    agents = [ws.member(e) for e in ("n1@t.test", "n2@t.test", "s1@t.test")]
+    base = datetime(2026, 1, 1)
+    columns = ["workspace_id", "public_id", "first_name", "last_name", "phone", "status_id", "owner_id", "team_id",
+               "score", "engagement", "version", "created_at", "updated_at", "status_changed_at",
+               "last_activity_at", "activity_sort_at", "custom_fields", "score_reasons"]
+    rows = []
+    for i in range(count):
+        owner = agents[i % 3]
+        created = base + timedelta(minutes=rng.randrange(300))
+        active = created + timedelta(hours=1) if rng.random() < 0.5 else None
+        rows.append((workspace.id, new_public_id("ld_"), "", "", f"+9198{i:08d}", status.id, owner.id,
+                     owner.team_id, rng.randrange(10), 0, 1, created, created, created, active, active or NEVER,
+                     "{}", "[]"))
+    db = Lead._meta.database
+    marks = ", ".join([db.param] * len(columns))
+    sql = f'INSERT INTO "lead" ({", ".join(columns)}) VALUES ({marks})'
+    with db.atomic():
+        db.cursor().executemany(sql, rows)
+
+
+# --- a real server -----------------------------------------------------------------------------
+
+@pytest.fixture
+def live_server(app):
+    """The app under waitress on a free port, in a thread; yields its base URL."""
+    import threading
+
+    from waitress.server import create_server
+
+    server = create_server(app, host="127.0.0.1", port=0, threads=16, ident="leadsvc-test")
+    stopping = threading.Event()
+
+    def serve():
+        try:
+            server.run()
+        except (OSError, ValueError):   # the socket closed under the loop: expected when stopping
+            if not stopping.is_set():
+                raise
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.effective_port}"
+    stopping.set()
+    server.task_dispatcher.shutdown()
+    server.close()
+    thread.join(timeout=10)
+
+
+def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One request with the standard library: (status, parsed JSON body or None)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = response.read()
+            return response.status, json.loads(payload) if payload else None
+    except urllib.error.HTTPError as err:
+        payload = err.read()
+        return err.code, json.loads(payload) if payload else None

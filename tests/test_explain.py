@@ -1,0 +1,50 @@
+"""With 100,000 leads, every list query (each sort x each role's scope) reads an index for both
+its scope filter and its order: no full scan, no sort step, at the first page and deep ones."""
+
+import json
+import random
+
+import pytest
+
+from conftest import bulk_leads
+from leadsvc.auth import Caller, lead_scope
+from leadsvc.db import database, is_postgres
+from leadsvc.listing import SORTS
+from leadsvc.models import Lead, Token
+
+ROLES = {"admin": ("admin@t.test", "lead_workspace_id"), "manager": ("nmgr@t.test", "lead_team_id"),
+         "agent": ("n1@t.test", "lead_owner_id")}
+
+
+@pytest.fixture
+def big_ws(ws):
+    bulk_leads(ws, 100_000, random.Random(100))
+    database.execute_sql("ANALYZE lead" if is_postgres() else "ANALYZE")
+    return ws
+
+
+def plan(query) -> str:
+    sql, params = query.sql()
+    if is_postgres():
+        rows = database.execute_sql("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]
+        return json.dumps(rows if not isinstance(rows, str) else json.loads(rows))
+    return " | ".join(row[3] for row in database.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall())
+
+
+def test_list_queries_use_the_scope_index_for_filter_and_order(big_ws):
+    for role, (email, index_prefix) in ROLES.items():
+        member = big_ws.member(email)
+        caller = Caller(Token(), member, member.workspace, frozenset())
+        scoped = Lead.select().where(lead_scope(caller))
+        for sort, order in SORTS.items():
+            first = list(order.apply(scoped, None).limit(51))
+            deep_row = list(order.apply(scoped, None).offset(20_000 if role == "admin" else 5_000).limit(1))[0]
+            for position in (None, order.position(deep_row)):
+                text = plan(order.apply(scoped, position).limit(51))
+                column = order.column.column_name
+                assert f"{index_prefix}_{column}_public_id" in text, (role, sort, text)
+                if is_postgres():
+                    assert '"Seq Scan"' not in text and '"Sort"' not in text, (role, sort, text)
+                else:
+                    assert text.startswith("SEARCH") and "TEMP B-TREE" not in text, (role, sort, text)
+            assert len(first) == 51

@@ -1,0 +1,203 @@
+"""POST /api/v1/leads: validation, normalization, duplicates and what a new lead starts with."""
+
+import pytest
+
+from conftest import create_lead, lead_body, new_phone
+from leadsvc.models import Activity, AuditEntry, Lead, Transition, Workspace
+
+
+def lead_count(ws) -> int:
+    return Lead.select().join(Workspace).where(Workspace.public_id == ws.public_id).count()
+
+
+def post(client, ws, body, email="admin@t.test"):
+    return client.post("/api/v1/leads", json=body, headers=ws.headers(email))
+
+
+def test_create_answers_201_with_location_and_the_new_lead(client, ws):
+    response = post(client, ws, lead_body(ws, email="Asha@Example.COM", estimated_value=2500000))
+    assert response.status_code == 201
+    body = response.json
+    assert body["duplicate"] is False and "matched_on" not in body
+    lead = body["data"]
+    assert response.headers["Location"] == f"/api/v1/leads/{lead['id']}"
+    assert lead["id"].startswith("ld_") and len(lead["id"]) >= 3 + 16
+    assert lead["contact"]["email"] == "asha@example.com"
+    assert lead["contact"]["full_name"] == "Asha Rao"
+    assert lead["source"] == {"id": ws.ids.sources["Website"], "name": "Website"}
+    assert lead["estimated_value"] == 2500000.0 and lead["currency"] == "INR"
+    assert client.get(response.headers["Location"], headers=ws.headers()).json["data"] == lead
+
+
+@pytest.mark.parametrize("raw", ["9876543210", "+91 98765 43210", "09876543210", "919876543210",
+                                 "0091 98765 43210", "(+91) 98765 43210", "98765-43210"])
+def test_indian_mobiles_in_any_spelling_are_stored_as_e164(client, ws, raw):
+    lead = create_lead(client, ws, phone=raw)
+    assert lead["contact"]["phone"] == "+919876543210"
+
+
+@pytest.mark.parametrize("raw", ["1234567890", "011 2345 6789", "+91 11 2345 6789", "0919876543210",
+                                 "98765432", "+1 650 253 0000", "abc", "", "+91 98765 43210 ext. 12",
+                                 "9" * 40])
+def test_numbers_that_are_not_indian_mobiles_are_422(client, ws, raw):
+    response = post(client, ws, lead_body(ws, phone=raw, email="x@example.com"))
+    assert response.status_code == 422
+    assert response.json["code"] == "validation_failed"
+    assert "Indian mobile" in response.json["errors"]["phone"][0]
+
+
+def test_a_lead_needs_a_phone_or_an_email(client, ws):
+    response = post(client, ws, {"first_name": "Nobody"})
+    assert response.status_code == 422
+    assert set(response.json["errors"]) == {"phone", "email"}
+    assert post(client, ws, {"email": "only@example.com"}).status_code == 201
+
+
+def test_invalid_email_is_422(client, ws):
+    response = post(client, ws, lead_body(ws, email="not-an-email"))
+    assert response.status_code == 422 and "email" in response.json["errors"]
+
+
+def test_strings_are_trimmed_and_names_limited_to_100_characters(client, ws):
+    lead = create_lead(client, ws, first_name="  Asha  ", last_name=" Rao ")
+    assert (lead["contact"]["first_name"], lead["contact"]["last_name"]) == ("Asha", "Rao")
+    response = post(client, ws, lead_body(ws, first_name="x" * 101))
+    assert response.status_code == 422 and "first_name" in response.json["errors"]
+
+
+def test_source_must_be_a_source_id_not_a_name(client, ws, other_ws):
+    for source, message in (("Website", "src_"), ("src_" + "a" * 20, "Unknown source"),
+                            (other_ws.ids.sources["Website"], "Unknown source")):
+        response = post(client, ws, lead_body(ws, source=source))
+        assert response.status_code == 422, source
+        assert message in response.json["errors"]["source"][0]
+
+
+def test_unknown_fields_are_422_not_ignored(client, ws):
+    response = post(client, ws, lead_body(ws, frist_name="Typo"))
+    assert response.status_code == 422
+    assert response.json["errors"] == {"frist_name": ["Unknown field."]}
+
+
+@pytest.mark.parametrize("value", [-1, "1000", True, 10**14, float("inf")])
+def test_estimated_value_must_be_a_sane_number(client, ws, value):
+    response = client.post("/api/v1/leads", headers=ws.headers(),
+                           data=__import__("json").dumps(lead_body(ws, estimated_value=value)),
+                           content_type="application/json")
+    assert response.status_code == 422 and "estimated_value" in response.json["errors"]
+
+
+def test_custom_fields_are_checked_against_their_definitions(client, ws):
+    ok = create_lead(client, ws, custom_fields={"product_interest": "villa", "budget_confirmed": True,
+                                                "family_size": 4, "site_visit_on": "2026-12-01",
+                                                "notes_from_call": "  wants a garden "})
+    assert ok["custom_fields"] == {"product_interest": "villa", "budget_confirmed": True, "family_size": 4,
+                                   "site_visit_on": "2026-12-01", "notes_from_call": "wants a garden"}
+    bad = {"product_interest": "castle", "budget_confirmed": "yes", "family_size": "four",
+           "site_visit_on": "2026-02-30", "favourite_colour": "blue"}
+    response = post(client, ws, lead_body(ws, custom_fields=bad))
+    assert response.status_code == 422
+    assert set(response.json["errors"]) == {f"custom_fields.{key}" for key in bad}
+    assert "villa" in response.json["errors"]["custom_fields.product_interest"][0]
+
+
+def test_at_most_50_custom_field_keys(client, ws):
+    response = post(client, ws, lead_body(ws, custom_fields={f"k{i}": 1 for i in range(51)}))
+    assert response.status_code == 422 and "custom_fields" in response.json["errors"]
+
+
+def test_a_new_lead_starts_in_the_first_status_with_a_transition_from_null(client, ws):
+    lead = create_lead(client, ws)
+    assert lead["status"]["id"] == ws.ids.statuses["New"] and lead["status"]["position"] == 1
+    row = Lead.get(Lead.public_id == lead["id"])
+    transitions = list(Transition.select().where(Transition.lead == row.id))
+    assert len(transitions) == 1
+    assert transitions[0].from_status_id is None and transitions[0].to_status_id == row.status_id
+    kinds = [a.kind for a in Activity.select().where(Activity.lead == row.id).order_by(Activity.id)]
+    assert kinds == ["created", "assigned"]
+    audit = AuditEntry.get(AuditEntry.lead == row.id)
+    assert audit.action == "created" and audit.changes["phone"] == {"old": None, "new": lead["contact"]["phone"]}
+    assert audit.changes["status"]["new"] == ws.ids.statuses["New"]
+
+
+def test_the_creating_token_and_request_id_are_the_actor(client, ws):
+    response = client.post("/api/v1/leads", json=lead_body(ws), headers={**ws.headers(), "X-Request-ID": "req-42"})
+    row = Lead.get(Lead.public_id == response.json["data"]["id"])
+    audit = AuditEntry.get(AuditEntry.lead == row.id)
+    assert audit.request_id == "req-42"
+    assert audit.actor_member_id == ws.member("admin@t.test").id and audit.actor_token_id is not None
+
+
+def test_new_leads_are_scored_with_reasons(client, ws):
+    lead = create_lead(client, ws, email="a@example.com", estimated_value=12_000_000,
+                       custom_fields={"product_interest": "villa"})
+    reasons = {r["reason"]: r["points"] for r in lead["score_reasons"]}
+    assert reasons == {"source:Website": 10, "contact:phone": 10, "contact:email": 5, "contact:name": 5,
+                       "value:>=10000000": 20, "custom_field:product_interest=villa": 15}
+    assert lead["score"] == 65 and lead["score_band"] == "warm"
+
+
+# --- duplicates --------------------------------------------------------------------------------
+
+def test_same_phone_gives_200_with_the_existing_lead_and_creates_nothing(client, ws):
+    first = create_lead(client, ws, email="first@example.com")
+    before = lead_count(ws)
+    response = post(client, ws, lead_body(ws, phone=first["contact"]["phone"], first_name="Again",
+                                          custom_fields={"family_size": 3}))
+    assert response.status_code == 200
+    assert response.json["duplicate"] is True and response.json["matched_on"] == ["phone"]
+    assert response.json["data"]["id"] == first["id"] and response.json["data"]["contact"]["first_name"] == "Asha"
+    assert lead_count(ws) == before
+    activity = Activity.get((Activity.lead == Lead.get(Lead.public_id == first["id"]).id)
+                            & (Activity.kind == "duplicate_submission"))
+    assert activity.data["matched_on"] == ["phone"]
+    assert activity.data["submitted"]["first_name"] == "Again"
+    assert activity.data["submitted"]["custom_fields"] == {"family_size": 3}
+
+
+def test_same_email_in_another_case_is_a_duplicate(client, ws):
+    first = create_lead(client, ws, phone=None, email="dup@example.com")
+    response = post(client, ws, {"email": "DUP@example.com", "phone": new_phone()})
+    assert response.status_code == 200 and response.json["matched_on"] == ["email"]
+    assert response.json["data"]["id"] == first["id"]
+
+
+def test_matching_both_phone_and_email_says_both(client, ws):
+    first = create_lead(client, ws, email="both@example.com")
+    response = post(client, ws, {"email": "both@example.com", "phone": first["contact"]["phone"]})
+    assert response.json["matched_on"] == ["phone", "email"]
+
+
+def test_duplicates_are_per_workspace(client, ws, other_ws):
+    first = create_lead(client, ws, email="shared@example.com")
+    other = create_lead(client, other_ws, phone=first["contact"]["phone"], email="shared@example.com")
+    assert other["id"] != first["id"]
+
+
+def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, ws):
+    lead = create_lead(client, ws)
+    owner = lead["owner"]["id"]
+    outsider = next(email for email, mid in ws.ids.members.items()
+                    if mid != owner and email in ("n1@t.test", "n2@t.test", "s1@t.test"))
+    before = Activity.select().count()
+    response = post(client, ws, lead_body(ws, phone=lead["contact"]["phone"]), email=outsider)
+    assert response.status_code == 409 and response.json["code"] == "conflict"
+    assert lead["id"] not in response.get_data(as_text=True)
+    assert lead["contact"]["phone"] not in response.get_data(as_text=True)
+    assert Activity.select().count() == before, "an error changes nothing"
+
+
+def test_a_lead_routed_outside_the_creators_scope_is_shown_once_then_hidden(client, make_workspace):
+    ws = make_workspace(lambda d: d.update(rules=[{"name": "All South", "assign": {"team": "South",
+                                                                                  "strategy": "round_robin"}}]))
+    response = post(client, ws, lead_body(ws), email="n1@t.test")
+    assert response.status_code == 201
+    assert response.json["data"]["owner"]["id"] == ws.ids.members["s1@t.test"]
+    assert client.get(response.headers["Location"], headers=ws.headers("n1@t.test")).status_code == 404
+
+
+def test_create_needs_the_leads_create_ability(client, ws):
+    response = post(client, ws, lead_body(ws), email="admin@t.test")
+    assert response.status_code == 201
+    response = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers("admin@t.test", ("leads:read",)))
+    assert response.status_code == 403 and "leads:create" in response.json["detail"]

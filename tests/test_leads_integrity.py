@@ -1,0 +1,43 @@
+"""Every write is one transaction: a failure halfway leaves no trace."""
+
+import pytest
+
+from conftest import create_lead, lead_body
+from leadsvc import pipeline
+from leadsvc.models import Activity, AuditEntry, Lead, Transition, Workspace
+
+
+def counts(ws) -> dict[str, int]:
+    workspace = Workspace.get(Workspace.public_id == ws.public_id).id
+    return {model.__name__: model.select().where(model.workspace == workspace).count()
+            for model in (Lead, Transition, Activity, AuditEntry)}
+
+
+@pytest.fixture
+def failing_audit(monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("injected failure while writing the audit entry")
+    monkeypatch.setattr(pipeline, "_audit", explode)
+
+
+def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audit(client, ws, failing_audit):
+    before = counts(ws)
+    response = client.post("/api/v1/leads", json=lead_body(ws, email="ghost@example.com"), headers=ws.headers())
+    assert response.status_code == 500 and response.json["code"] == "internal_error"
+    assert "injected" not in response.get_data(as_text=True) and "Traceback" not in response.get_data(as_text=True)
+    assert counts(ws) == before
+    assert not Lead.select().where(Lead.email == "ghost@example.com").exists()
+
+
+def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
+    lead = create_lead(client, ws)
+    before = counts(ws)
+    monkeypatch.setattr(pipeline, "_audit", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert client.patch(f"/api/v1/leads/{lead['id']}", json={"first_name": "Changed"},
+                        headers=ws.headers()).status_code == 500
+    assert client.post(f"/api/v1/leads/{lead['id']}/status", json={"status": ws.ids.statuses["Contacted"]},
+                       headers=ws.headers()).status_code == 500
+    assert counts(ws) == before
+    row = Lead.get(Lead.public_id == lead["id"])
+    assert (row.first_name, row.status_id, row.version) == ("Asha", Lead.get(Lead.public_id == lead["id"]).status_id, 1)
+    assert client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).json["data"] == lead
