@@ -72,9 +72,10 @@ def issue_token(member: Member, abilities: Iterable[str], *, name: str = "api",
         raise ValueError(f"Member {member.public_id} is deactivated.")
     granted = check_grant(member.role, abilities)
     secret = TOKEN_PREFIX + "".join(secrets.choice(BASE62) for _ in range(40))
-    expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+    now = utcnow()
+    expires_at = now + timedelta(days=expires_in_days) if expires_in_days else None
     token = Token.create(workspace=member.workspace_id, member=member, name=name, abilities=granted,
-                         secret_hash=hash_token(secret), expires_at=expires_at)
+                         secret_hash=hash_token(secret), created_at=now, expires_at=expires_at)
     return token, secret
 
 
