@@ -198,3 +198,25 @@ def ws(make_workspace) -> Tenant:
 def other_ws(make_workspace) -> Tenant:
     """Another tenant: nothing of it may ever show in `ws`."""
     return make_workspace()
+
+
+# --- the command line ------------------------------------------------------------------------
+
+@pytest.fixture
+def run_cli(app, database_url):
+    """Run `leadsvc ARGS...` on this run's database, as a shell would; returns click's Result.
+
+    An exception that escapes the command (a traceback instead of a message) fails the test.
+    """
+    from click.testing import CliRunner
+
+    from leadsvc.cli import cli
+
+    def run(*args: str, env: dict[str, str | None] | None = None):
+        environment = {"LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": database_url,
+                       "LEADSVC_RATE_LIMITS_ENABLED": "false", **(env or {})}
+        try:
+            return CliRunner().invoke(cli, list(args), obj={}, env=environment, catch_exceptions=False)
+        finally:
+            database.initialize(make_database(database_url))   # a command may point the models elsewhere
+    return run
