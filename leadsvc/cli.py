@@ -34,7 +34,7 @@ def _migrated_app(ctx: click.Context) -> Flask:
     except UNAVAILABLE_ERRORS as exc:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "
-            f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
+            f"{reason(exc)} Check database.url.") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -47,6 +47,12 @@ def redact(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return urlunsplit(parts._replace(netloc=netloc))
     return url
+
+
+def reason(exc: BaseException) -> str:
+    """A driver's error message on one line, ending as a sentence."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def _print_json(data: dict) -> None:
@@ -197,7 +203,7 @@ def tokens_create(ctx: click.Context, member_id: str, abilities: str, name: str,
 @click.pass_context
 def tokens_list(ctx: click.Context, member_id: str | None) -> None:
     """List tokens (never their secrets)."""
-    from .models import Member, Token
+    from .models import Member, Token, utcnow
 
     _migrated_app(ctx)
     query = Token.select(Token, Member).join(Member).order_by(Token.created_at, Token.id)
@@ -207,9 +213,14 @@ def tokens_list(ctx: click.Context, member_id: str | None) -> None:
     if not rows:
         click.echo("No tokens.")
         return
+    now = utcnow()
     for token in rows:
-        state = ("revoked " + token.revoked_at.strftime("%Y-%m-%d")) if token.revoked_at else (
-            "expires " + token.expires_at.strftime("%Y-%m-%d") if token.expires_at else "active")
+        if token.revoked_at:
+            state = "revoked " + token.revoked_at.strftime("%Y-%m-%d")
+        elif token.expires_at:
+            state = ("expired " if token.expires_at <= now else "expires ") + token.expires_at.strftime("%Y-%m-%d")
+        else:
+            state = "active"
         used = token.last_used_at.strftime("%Y-%m-%d %H:%M") if token.last_used_at else "never"
         click.echo(f"{token.public_id}  {token.member.public_id}  {token.member.name:<16} {token.name:<10} "
                    f"{state:<18} used {used:<16} {','.join(token.abilities)}")
@@ -255,7 +266,7 @@ def check(ctx: click.Context) -> None:
         ping()
         pending = pending_migrations()
     except UNAVAILABLE_ERRORS as exc:
-        raise click.ClickException(f"Database {url} is not reachable: {str(exc).strip() or type(exc).__name__}.") from None
+        raise click.ClickException(f"Database {url} is not reachable: {reason(exc)}") from None
     if pending:
         raise click.ClickException(f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate`.")
     click.echo(f"Configuration is valid; database {url} answers and is up to date.")
