@@ -7,7 +7,7 @@ import mimetypes
 import re
 from importlib import resources
 
-from flask import Blueprint, Flask, Response, abort, render_template
+from flask import Blueprint, Flask, Response, abort, current_app, render_template, request
 from markupsafe import Markup, escape
 
 from .problems import CODES
@@ -64,3 +64,11 @@ def openapi_json(app: Flask) -> str:
     spec = app.extensions["leadsvc.api"].spec.to_dict()
     return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
 
+
+def served_openapi_json() -> Response:
+    """/api/v1/openapi.json: under a mount prefix its `servers` names the prefix, so Swagger UI's
+    "Try it out" calls reach the service instead of the host app's root."""
+    spec = current_app.extensions["leadsvc.api"].spec.to_dict()
+    if request.script_root:
+        spec["servers"] = [{"url": request.script_root}]
+    return Response(json.dumps(spec, indent=2, ensure_ascii=False), mimetype="application/json")
