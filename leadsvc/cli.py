@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from importlib import resources
 from urllib.parse import urlsplit, urlunsplit
@@ -78,6 +79,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     from waitress import serve as waitress_serve
 
     app = _migrated_app(ctx)
+    # Errors are logged with their request id, so an operator can find what a client reports.
+    logging.basicConfig(level=app.config["LEADSVC"]["logging"]["level"].upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = app.config["LEADSVC"]["server"]
     host, port = host or server["host"], port or server["port"]
     options = {}

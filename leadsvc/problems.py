@@ -227,10 +227,11 @@ class ProblemApi(flask_smorest.Api):
         return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
 
     def handle_unexpected(self, err: Exception) -> Response:
+        request_id = g.get("request_id")
         if is_unavailable(err):
-            log.warning("database unavailable: %s", type(err).__name__, extra={"request_id": g.get("request_id")})
+            log.warning("request %s: database unavailable: %s", request_id, err, extra={"request_id": request_id})
             return self.handle_problem(ServiceUnavailable())
-        log.exception("unhandled error", extra={"request_id": g.get("request_id")})
+        log.exception("request %s failed", request_id, extra={"request_id": request_id})
         return problem_response(500, "internal_error")
 
     def _register_responses(self) -> None:
