@@ -76,7 +76,7 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Migrate if needed, then serve the API with waitress."""
-    from waitress import serve as waitress_serve
+    from waitress.server import create_server
 
     app = _migrated_app(ctx)
     # Errors are logged with their request id, so an operator can find what a client reports.
@@ -89,14 +89,19 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
         options = {"trusted_proxy": server["trusted_proxy"], "trusted_proxy_count": server["trusted_proxy_count"],
                    "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
                    "clear_untrusted_proxy_headers": True}
+    try:
+        listener = create_server(
+            app, host=host, port=port, threads=server["threads"], ident="leadsvc",
+            connection_limit=server["connection_limit"], channel_timeout=server["channel_timeout"],
+            # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
+            max_request_body_size=app.config["MAX_CONTENT_LENGTH"] * 16, **options,
+        )
+    except OSError as exc:   # the port is taken, or the address is not this machine's
+        raise click.ClickException(f"Cannot listen on {host}:{port}: {exc.strerror or exc}. "
+                                   f"Choose another with --port or LEADSVC_SERVER_PORT.") from None
     click.echo(f"leadsvc serving on http://{host}:{port} (docs at /docs, database "
                f"{redact(app.config['LEADSVC']['database']['url'])})", err=True)
-    waitress_serve(
-        app, host=host, port=port, threads=server["threads"], ident="leadsvc",
-        connection_limit=server["connection_limit"], channel_timeout=server["channel_timeout"],
-        # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
-        max_request_body_size=app.config["MAX_CONTENT_LENGTH"] * 16, **options,
-    )
+    listener.run()
 
 
 @cli.command()

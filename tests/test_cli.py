@@ -3,6 +3,7 @@
 import json
 import re
 import shlex
+import socket
 from datetime import timedelta
 
 import pytest
@@ -267,6 +268,14 @@ def test_migrate_is_idempotent(run_cli):
 def test_migrate_builds_a_fresh_database(run_cli, tmp_path):
     result = ok(run_cli("migrate", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/new/leadsvc.sqlite3"}))
     assert "Applied migrations: 0001_initial" in result.stderr and (tmp_path / "new" / "leadsvc.sqlite3").exists()
+
+
+def test_serve_on_a_taken_port_says_so(run_cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed(run_cli("serve", "--port", str(port)), f"Cannot listen on 127.0.0.1:{port}", "--port")
 
 
 # --- configuration ---------------------------------------------------------------------------
