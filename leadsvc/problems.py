@@ -219,6 +219,9 @@ class ProblemApi(flask_smorest.Api):
         status = err.code or 500
         if status == 400:   # malformed input, from werkzeug or webargs: the contract says 422
             status = 422
+            # A 422 always says where: werkzeug's own 400s (request.get_json() on a bad body, a bad
+            # form) carry no field, so they are about the body.
+            errors = errors or {"body": ["The request body could not be understood."]}
         code = data.get("code") or _CODE_BY_STATUS.get(status) or (
             "bad_request" if status < 500 else "internal_error")
         return problem_response(status, code, data.get("message"), errors=errors, headers=headers)

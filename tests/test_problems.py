@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import peewee
 import pytest
+from flask import request
 
 from leadsvc import reference
 from leadsvc.db import database, make_database
@@ -92,6 +93,26 @@ def test_json_that_is_not_an_object_is_422_with_errors_body(client, ws, body, wh
     assert list(errors) == ["body"] and what in errors["body"][0]
 
 
+@pytest.mark.parametrize("body, message", [
+    ("[" * 20_000 + "]" * 20_000, "nested too deeply"),
+    ('{"a":' * 5_000 + "1" + "}" * 5_000, "nested too deeply"),
+    ('{"phone": "9876543210", "first_name": "Asha\\u0000Rao"}', "NUL character"),
+    ('{"phone": "9876543210", "custom_fields": {"notes_from_call": "\\u0000"}}', "NUL character"),
+    ('{"phone": "9876543210", "first_name": "\\ud800"}', "lone UTF-16 surrogate"),
+    ('{"phone": "9876543210", "\\udfff": 1}', "lone UTF-16 surrogate"),
+], ids=["deep array", "deep object", "NUL", "NUL in custom field", "lone surrogate", "lone surrogate key"])
+def test_json_that_cannot_be_processed_or_stored_is_422_not_500(client, ws, body, message):
+    response = client.post(LEADS, data=body, content_type="application/json", headers=ws.headers())
+    errors = assert_problem(response, 422, "validation_failed")["errors"]
+    assert list(errors) == ["body"] and message in errors["body"][0]
+
+
+def test_a_surrogate_pair_is_ordinary_text(client, ws):
+    body = '{"phone": "9876500009", "first_name": "Asha \\ud83d\\ude00"}'
+    response = client.post(LEADS, data=body, content_type="application/json", headers=ws.headers())
+    assert response.status_code == 201 and response.json["data"]["contact"]["first_name"] == "Asha \U0001F600"
+
+
 def test_unknown_body_field_is_422_naming_it(client, ws):
     response = client.post(LEADS, json={"phone": "9876543210", "frist_name": "Asha"}, headers=ws.headers())
     errors = assert_problem(response, 422, "validation_failed")["errors"]
@@ -134,6 +155,18 @@ def test_unexpected_error_is_500_without_internals(make_app):
         text = response.get_data(as_text=True)
         assert not [leak for leak in LEAKS if leak in text], text
         assert body["detail"] == "The service failed to handle this request."
+
+
+def test_a_werkzeug_bad_request_is_422_with_errors_body(make_app):
+    app = make_app()
+
+    @app.post("/raw")
+    def raw():
+        return {"got": request.get_json()}   # a view that parses JSON without the API's parser
+
+    response = app.test_client().post("/raw", data="{bad", content_type="application/json")
+    errors = assert_problem(response, 422, "validation_failed")["errors"]
+    assert list(errors) == ["body"]
 
 
 def test_database_locked_is_503_with_retry_after(client, ws, monkeypatch):
