@@ -39,6 +39,16 @@ def test_unknown_route_is_404_not_found(client, ws, path):
     assert_problem(client.get(path, headers=ws.headers()), 404, "not_found")
 
 
+@pytest.mark.parametrize("lead_id", ["ld_aaaaaaaaaaaaaaaaaaaa%00", "ld_aaaaaaaaaaaaaaaaaaaa%0A", "ld_" + "a" * 5000,
+                                     "ld_%C3%A9t%C3%A9aaaaaaaaaaaaaaaaaa", "st_aaaaaaaaaaaaaaaaaaaa"],
+                         ids=["NUL", "newline", "5000 characters", "non-ASCII", "another kind"])
+@pytest.mark.parametrize("method", ["get", "patch"])
+def test_a_malformed_lead_id_is_404_never_500(client, ws, lead_id, method):
+    response = getattr(client, method)(f"{LEADS}/{lead_id}", json={}, headers=ws.headers())
+    assert_problem(response, 404, "not_found")
+    assert len(response.json["detail"]) < 100
+
+
 @pytest.mark.parametrize("method, path, allowed", [
     ("delete", "/api/v1/statuses", {"GET"}),
     ("put", LEADS, {"GET", "POST"}),
