@@ -159,6 +159,9 @@ def _check(settings: Settings) -> None:
             raise ConfigError(f"rate_limits.{key} must read like 120/minute, not {limits[key]!r}.") from None
     if not (limits["storage"] == "memory://" or urlsplit(limits["storage"]).scheme.startswith("redis")):
         raise ConfigError(f"rate_limits.storage must be memory:// or a redis:// URL, not {limits['storage']!r}.")
+    docs_url = settings["api"]["docs_url"]
+    if docs_url and urlsplit(docs_url).scheme not in ("http", "https"):
+        raise ConfigError(f"api.docs_url must be empty or an http(s) URL, not {docs_url!r}.")
     if settings["logging"]["level"].upper() not in LOG_LEVELS:
         raise ConfigError(f"logging.level must be one of {', '.join(LOG_LEVELS)}, "
                           f"not {settings['logging']['level']!r}.")

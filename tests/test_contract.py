@@ -76,7 +76,7 @@ def test_environment_beats_the_file_and_explicit_overrides_beat_both(tmp_path):
     assert settings["server"]["port"] == 1002 and settings["server"]["threads"] == 6
 
 
-VALID_STRINGS = {"level": "DEBUG", "per_token": "5/second", "per_ip": "1/second", "forms": "2 per hour",
+VALID_STRINGS = {"level": "DEBUG", "docs_url": "https://docs.example.com/leadsvc", "per_token": "5/second", "per_ip": "1/second", "forms": "2 per hour",
                  "storage": "redis://127.0.0.1:6379/0", "url": "postgresql://app@db.internal:5432/leadsvc"}
 
 
@@ -114,6 +114,7 @@ def test_booleans_from_the_environment(raw, expected):
     ("LEADSVC_SCORING_WARM", "90", "0 < warm < hot <= 100"),
     ("LEADSVC_DATABASE_URL", "mysql://db/leadsvc", "database.url must start with sqlite:/// or postgresql://"),
     ("LEADSVC_LOGGING_LEVEL", "LOUD", "logging.level must be one of"),
+    ("LEADSVC_API_DOCS_URL", "docs.example.com/leadsvc", "api.docs_url must be empty or an http(s) URL"),
     ("LEADSVC_RATE_LIMITS_PER_TOKEN", "120/minutes/x", "rate_limits.per_token must read like 120/minute"),
     ("LEADSVC_RATE_LIMITS_FORMS", "ten a minute", "rate_limits.forms must read like 120/minute"),
     ("LEADSVC_RATE_LIMITS_STORAGE", "memcache://x", "rate_limits.storage must be memory:// or a redis:// URL"),
