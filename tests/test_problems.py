@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import peewee
 import pytest
-from flask import request
+from flask import abort, request
 
 from leadsvc import reference
 from leadsvc.db import database, make_database
@@ -177,6 +177,17 @@ def test_a_werkzeug_bad_request_is_422_with_errors_body(make_app):
     response = app.test_client().post("/raw", data="{bad", content_type="application/json")
     errors = assert_problem(response, 422, "validation_failed")["errors"]
     assert list(errors) == ["body"]
+
+
+def test_any_other_4xx_is_bad_request_with_its_status(make_app):
+    app = make_app()
+
+    @app.get("/gone")
+    def gone():
+        abort(410)
+
+    body = assert_problem(app.test_client().get("/gone"), 410, "bad_request")
+    assert body["type"].endswith("/docs/api/problems/bad_request")
 
 
 def test_database_locked_is_503_with_retry_after(client, ws, monkeypatch):
