@@ -20,6 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 openapi: $(STAMP)
+	@mkdir -p schemas
 	$(BIN)/leadsvc openapi --output schemas/openapi.json
 
 clean:

@@ -55,6 +55,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     for blueprint in (health.blp, leads.blp, reference.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
+    app.view_functions["api-docs.openapi_json"] = docs.served_openapi_json
     app.extensions["leadsvc.api"] = api
     limiter = limits.init_app(app)
     for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import peewee as pw
 from flask import g, request
 
-from .models import BASE62, Lead, Member, Token, Workspace, utcnow
+from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
@@ -27,6 +27,7 @@ AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
 TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
 _LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
+LEAD_ID = public_id_pattern("ld_")
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,10 @@ def issue_token(member: Member, abilities: Iterable[str], *, name: str = "api",
         raise ValueError(f"Member {member.public_id} is deactivated.")
     granted = check_grant(member.role, abilities)
     secret = TOKEN_PREFIX + "".join(secrets.choice(BASE62) for _ in range(40))
-    expires_at = utcnow() + timedelta(days=expires_in_days) if expires_in_days else None
+    now = utcnow()
+    expires_at = now + timedelta(days=expires_in_days) if expires_in_days else None
     token = Token.create(workspace=member.workspace_id, member=member, name=name, abilities=granted,
-                         secret_hash=hash_token(secret), expires_at=expires_at)
+                         secret_hash=hash_token(secret), created_at=now, expires_at=expires_at)
     return token, secret
 
 
@@ -191,6 +193,8 @@ def visible_leads(*fields) -> pw.ModelSelect:
 
 
 def visible_lead_or_404(public_id: str) -> Lead:
+    if not LEAD_ID.fullmatch(public_id):   # cannot exist, and PostgreSQL refuses some bytes (NUL) outright
+        raise NotFound("No such lead; lead ids look like ld_ and 20 letters and digits.")
     lead = visible_leads().where(Lead.public_id == public_id).first()
     if lead is None:
         raise NotFound(f"No lead {public_id}.")

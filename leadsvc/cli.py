@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from importlib import resources
 from urllib.parse import urlsplit, urlunsplit
@@ -34,7 +35,7 @@ def _migrated_app(ctx: click.Context) -> Flask:
     except UNAVAILABLE_ERRORS as exc:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "
-            f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
+            f"{reason(exc)} Check database.url.") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -47,6 +48,12 @@ def redact(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return urlunsplit(parts._replace(netloc=netloc))
     return url
+
+
+def reason(exc: BaseException) -> str:
+    """A driver's error message on one line, ending as a sentence."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def _print_json(data: dict) -> None:
@@ -69,9 +76,12 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Migrate if needed, then serve the API with waitress."""
-    from waitress import serve as waitress_serve
+    from waitress.server import create_server
 
     app = _migrated_app(ctx)
+    # Errors are logged with their request id, so an operator can find what a client reports.
+    logging.basicConfig(level=app.config["LEADSVC"]["logging"]["level"].upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = app.config["LEADSVC"]["server"]
     host, port = host or server["host"], port or server["port"]
     options = {}
@@ -79,14 +89,19 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
         options = {"trusted_proxy": server["trusted_proxy"], "trusted_proxy_count": server["trusted_proxy_count"],
                    "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
                    "clear_untrusted_proxy_headers": True}
+    try:
+        listener = create_server(
+            app, host=host, port=port, threads=server["threads"], ident="leadsvc",
+            connection_limit=server["connection_limit"], channel_timeout=server["channel_timeout"],
+            # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
+            max_request_body_size=app.config["MAX_CONTENT_LENGTH"] * 16, **options,
+        )
+    except OSError as exc:   # the port is taken, or the address is not this machine's
+        raise click.ClickException(f"Cannot listen on {host}:{port}: {exc.strerror or exc}. "
+                                   f"Choose another with --port or LEADSVC_SERVER_PORT.") from None
     click.echo(f"leadsvc serving on http://{host}:{port} (docs at /docs, database "
                f"{redact(app.config['LEADSVC']['database']['url'])})", err=True)
-    waitress_serve(
-        app, host=host, port=port, threads=server["threads"], ident="leadsvc",
-        connection_limit=server["connection_limit"], channel_timeout=server["channel_timeout"],
-        # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
-        max_request_body_size=app.config["MAX_CONTENT_LENGTH"] * 16, **options,
-    )
+    listener.run()
 
 
 @cli.command()
@@ -197,7 +212,7 @@ def tokens_create(ctx: click.Context, member_id: str, abilities: str, name: str,
 @click.pass_context
 def tokens_list(ctx: click.Context, member_id: str | None) -> None:
     """List tokens (never their secrets)."""
-    from .models import Member, Token
+    from .models import Member, Token, utcnow
 
     _migrated_app(ctx)
     query = Token.select(Token, Member).join(Member).order_by(Token.created_at, Token.id)
@@ -207,9 +222,14 @@ def tokens_list(ctx: click.Context, member_id: str | None) -> None:
     if not rows:
         click.echo("No tokens.")
         return
+    now = utcnow()
     for token in rows:
-        state = ("revoked " + token.revoked_at.strftime("%Y-%m-%d")) if token.revoked_at else (
-            "expires " + token.expires_at.strftime("%Y-%m-%d") if token.expires_at else "active")
+        if token.revoked_at:
+            state = "revoked " + token.revoked_at.strftime("%Y-%m-%d")
+        elif token.expires_at:
+            state = ("expired " if token.expires_at <= now else "expires ") + token.expires_at.strftime("%Y-%m-%d")
+        else:
+            state = "active"
         used = token.last_used_at.strftime("%Y-%m-%d %H:%M") if token.last_used_at else "never"
         click.echo(f"{token.public_id}  {token.member.public_id}  {token.member.name:<16} {token.name:<10} "
                    f"{state:<18} used {used:<16} {','.join(token.abilities)}")
@@ -255,7 +275,7 @@ def check(ctx: click.Context) -> None:
         ping()
         pending = pending_migrations()
     except UNAVAILABLE_ERRORS as exc:
-        raise click.ClickException(f"Database {url} is not reachable: {str(exc).strip() or type(exc).__name__}.") from None
+        raise click.ClickException(f"Database {url} is not reachable: {reason(exc)}") from None
     if pending:
         raise click.ClickException(f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate`.")
     click.echo(f"Configuration is valid; database {url} answers and is up to date.")

@@ -7,8 +7,10 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from flask import current_app
+from limits import parse_many
 
 # The one list of settings and their defaults. config.toml mirrors it with a comment per key,
 # and a test keeps the two identical.
@@ -49,6 +51,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 Settings = dict[str, dict[str, Any]]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(Exception):
@@ -146,6 +150,21 @@ def _check(settings: Settings) -> None:
                          ("api", "max_body_bytes"), ("server", "connection_limit")):
         if settings[section][key] <= 0:
             raise ConfigError(f"{section}.{key} must be positive.")
+    limits = settings["rate_limits"]
+    for key in ("per_token", "per_ip", "forms"):
+        try:
+            parse_many(limits[key])
+        except ValueError:
+            # flask-limiter would swallow this per request and silently enforce nothing.
+            raise ConfigError(f"rate_limits.{key} must read like 120/minute, not {limits[key]!r}.") from None
+    if not (limits["storage"] == "memory://" or urlsplit(limits["storage"]).scheme.startswith("redis")):
+        raise ConfigError(f"rate_limits.storage must be memory:// or a redis:// URL, not {limits['storage']!r}.")
+    docs_url = settings["api"]["docs_url"]
+    if docs_url and urlsplit(docs_url).scheme not in ("http", "https"):
+        raise ConfigError(f"api.docs_url must be empty or an http(s) URL, not {docs_url!r}.")
+    if settings["logging"]["level"].upper() not in LOG_LEVELS:
+        raise ConfigError(f"logging.level must be one of {', '.join(LOG_LEVELS)}, "
+                          f"not {settings['logging']['level']!r}.")
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

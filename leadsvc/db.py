@@ -111,8 +111,9 @@ def ping() -> None:
 # --- migrations ------------------------------------------------------------------------------
 
 def migrations_dir() -> Any:
-    """db/migrations beside the package: a directory, or a folder inside the .pyz."""
-    return resources.files("leadsvc").parent / "db" / "migrations"
+    """db/migrations: copied into the package by a wheel install, else beside it (a checkout, the .pyz)."""
+    installed = resources.files("leadsvc") / "migrations"
+    return installed if installed.is_dir() else resources.files("leadsvc").parent / "db" / "migrations"
 
 
 class _ResourceMigration(Migration):

@@ -7,7 +7,7 @@ import mimetypes
 import re
 from importlib import resources
 
-from flask import Blueprint, Flask, Response, abort, render_template
+from flask import Blueprint, Flask, Response, abort, current_app, render_template, request
 from markupsafe import Markup, escape
 
 from .problems import CODES
@@ -15,6 +15,10 @@ from .problems import CODES
 blp = Blueprint("docs", __name__, url_prefix="/docs")
 
 UI_BUNDLES = resources.files("openapi_ui_bundles")
+# Only what our Swagger UI page loads: the package also holds a demo index.html that points at an
+# external petstore spec, and its Python sources.
+SWAGGER_UI_FOLDER = ("swagger_ui", "vendor")
+ASSET_SUFFIXES = (".css", ".js", ".png")
 
 
 @blp.app_template_filter("codify")
@@ -27,7 +31,8 @@ def codify(text: str) -> Markup:
 def asset(path: str) -> Response:
     """Swagger UI's files, read through importlib.resources so they also load from a .pyz."""
     parts = path.split("/")
-    if any(part in ("", ".", "..") for part in parts):
+    if (tuple(parts[:-1]) != SWAGGER_UI_FOLDER or parts[-1] in ("", ".", "..")
+            or not parts[-1].endswith(ASSET_SUFFIXES)):
         abort(404)
     item = UI_BUNDLES.joinpath(*parts)
     if not item.is_file():
@@ -58,3 +63,12 @@ def openapi_json(app: Flask) -> str:
     """The OpenAPI document as published in schemas/openapi.json."""
     spec = app.extensions["leadsvc.api"].spec.to_dict()
     return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
+
+
+def served_openapi_json() -> Response:
+    """/api/v1/openapi.json: under a mount prefix its `servers` names the prefix, so Swagger UI's
+    "Try it out" calls reach the service instead of the host app's root."""
+    spec = current_app.extensions["leadsvc.api"].spec.to_dict()
+    if request.script_root:
+        spec["servers"] = [{"url": request.script_root}]
+    return Response(json.dumps(spec, indent=2, ensure_ascii=False), mimetype="application/json")

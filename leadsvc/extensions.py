@@ -6,6 +6,8 @@ its spec), so one module-level instance could not serve the several apps a test 
 
 from __future__ import annotations
 
+from typing import Any
+
 import flask_smorest
 import marshmallow as ma
 from flask import Request
@@ -16,6 +18,27 @@ from .problems import UnsupportedMediaType, ValidationFailed
 
 JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
                    bool: "a boolean", type(None): "null"}
+
+
+def holds_unstorable_text(data: Any) -> bool:
+    """Whether a key or string in decoded JSON holds NUL or a lone surrogate: valid JSON escapes,
+    but PostgreSQL refuses NUL and UTF-8 cannot encode a lone surrogate, so they would fail as 500s."""
+    pending = [data]
+    while pending:   # iterative: the document may be nested as deep as the decoder allows
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return True
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 class ApiParser(FlaskParser):
@@ -33,7 +56,14 @@ class ApiParser(FlaskParser):
     def _raw_load_json(self, req: Request):
         if req.content_length and not is_json_request(req):
             raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
-        return super()._raw_load_json(req)
+        try:
+            data = super()._raw_load_json(req)
+        except RecursionError:   # valid JSON nested deeper than the decoder goes
+            raise ValidationFailed.field("body", "The request body is nested too deeply.") from None
+        if data is not core.missing and holds_unstorable_text(data):
+            raise ValidationFailed.field("body", "The request body holds a NUL character or a lone UTF-16 "
+                                                 "surrogate (\\ud800-\\udfff), which cannot be stored.")
+        return data
 
     def load_json(self, req: Request, schema: ma.Schema):
         data = super().load_json(req, schema)

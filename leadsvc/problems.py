@@ -219,6 +219,9 @@ class ProblemApi(flask_smorest.Api):
         status = err.code or 500
         if status == 400:   # malformed input, from werkzeug or webargs: the contract says 422
             status = 422
+            # A 422 always says where: werkzeug's own 400s (request.get_json() on a bad body, a bad
+            # form) carry no field, so they are about the body.
+            errors = errors or {"body": ["The request body could not be understood."]}
         code = data.get("code") or _CODE_BY_STATUS.get(status) or (
             "bad_request" if status < 500 else "internal_error")
         return problem_response(status, code, data.get("message"), errors=errors, headers=headers)
@@ -227,10 +230,11 @@ class ProblemApi(flask_smorest.Api):
         return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
 
     def handle_unexpected(self, err: Exception) -> Response:
+        request_id = g.get("request_id")
         if is_unavailable(err):
-            log.warning("database unavailable: %s", type(err).__name__, extra={"request_id": g.get("request_id")})
+            log.warning("request %s: database unavailable: %s", request_id, err, extra={"request_id": request_id})
             return self.handle_problem(ServiceUnavailable())
-        log.exception("unhandled error", extra={"request_id": g.get("request_id")})
+        log.exception("request %s failed", request_id, extra={"request_id": request_id})
         return problem_response(500, "internal_error")
 
     def _register_responses(self) -> None:

@@ -293,3 +293,25 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
     except urllib.error.HTTPError as err:
         payload = err.read()
         return err.code, json.loads(payload) if payload else None
+
+
+# --- the command line ------------------------------------------------------------------------
+
+@pytest.fixture
+def run_cli(app, database_url):
+    """Run `leadsvc ARGS...` on this run's database, as a shell would; returns click's Result.
+
+    An exception that escapes the command (a traceback instead of a message) fails the test.
+    """
+    from click.testing import CliRunner
+
+    from leadsvc.cli import cli
+
+    def run(*args: str, env: dict[str, str | None] | None = None):
+        environment = {"LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": database_url,
+                       "LEADSVC_RATE_LIMITS_ENABLED": "false", **(env or {})}
+        try:
+            return CliRunner().invoke(cli, list(args), obj={}, env=environment, catch_exceptions=False)
+        finally:
+            database.initialize(make_database(database_url))   # a command may point the models elsewhere
+    return run

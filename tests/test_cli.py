@@ -1,0 +1,308 @@
+"""The `leadsvc` command: demo, setup, tokens, openapi, check and migrate, with the shapes DESIGN section 12 gives."""
+
+import json
+import re
+import shlex
+import socket
+from datetime import timedelta
+
+import pytest
+
+from leadsvc.models import Token, Workspace, utcnow
+
+TOKEN = re.compile(r"^lsk_[0-9A-Za-z]{32,}$")
+DEMO_EMAILS = {"admin@demo.test", "asha@demo.test", "vikram@demo.test", "ravi@demo.test", "meera@demo.test",
+               "arjun@demo.test", "kavya@demo.test"}
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def ok(result):
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def failed(result, *fragments):
+    """The command exited non-zero, printing each fragment and no traceback."""
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+    return result
+
+
+# --- demo ------------------------------------------------------------------------------------
+
+def test_demo_json_prints_the_workspace_and_a_working_token_per_member(run_cli, client):
+    body = json.loads(ok(run_cli("demo", "--json")).stdout)
+    assert set(body) == {"workspace", "tokens"} and body["workspace"].startswith("ws_")
+    assert set(body["tokens"]) == DEMO_EMAILS
+    for email, token in body["tokens"].items():
+        assert set(token) == {"id", "token", "member", "role"}
+        assert token["id"].startswith("tok_") and token["member"].startswith("mem_") and TOKEN.match(token["token"])
+        assert client.get("/api/v1/statuses", headers=bearer(token["token"])).status_code == 200
+    assert {t["role"] for t in body["tokens"].values()} == {"admin", "manager", "agent"}
+
+
+def test_demo_twice_keeps_the_workspace_and_gives_new_working_tokens(run_cli, client):
+    first = json.loads(ok(run_cli("demo", "--json")).stdout)
+    second = json.loads(ok(run_cli("demo", "--json")).stdout)
+    assert second["workspace"] == first["workspace"]
+    assert Workspace.select().where(Workspace.name == "Demo Realty").count() == 1
+    for email in DEMO_EMAILS:
+        assert second["tokens"][email]["member"] == first["tokens"][email]["member"]
+        assert second["tokens"][email]["token"] != first["tokens"][email]["token"]
+        assert client.get("/api/v1/members", headers=bearer(second["tokens"][email]["token"])).status_code == 200
+
+
+def test_demo_prints_a_curl_line_that_works(run_cli, client):
+    output = ok(run_cli("demo")).stdout
+    line = next(line for line in output.splitlines() if line.strip().startswith("curl "))
+    words = shlex.split(line)
+    header, url = words[words.index("-H") + 1], words[-1]
+    assert url == "http://127.0.0.1:8080/api/v1/leads"
+    name, _, value = header.partition(": ")
+    response = client.get(url.removeprefix("http://127.0.0.1:8080"), headers={name: value})
+    assert response.status_code == 200 and "data" in response.json
+
+
+# --- setup -----------------------------------------------------------------------------------
+
+SETUP_FILE = """\
+[workspace]
+name = "{name}"
+
+[[teams]]
+name = "North"
+
+[[members]]
+name = "Asha Rao"
+email = "Asha@Acme.test"
+role = "manager"
+team = "North"
+
+[[statuses]]
+name = "New"
+kind = "open"
+
+[[statuses]]
+name = "Won"
+kind = "won"
+
+[[sources]]
+name = "Website"
+score = 10
+
+[[custom_fields]]
+name = "budget_confirmed"
+type = "boolean"
+
+[[rules]]
+name = "All to Asha"
+assign = {{ member = "asha@acme.test" }}
+
+[[forms]]
+name = "Enquiry"
+source = "Website"
+"""
+
+
+def test_setup_json_prints_every_id_by_name(run_cli, tmp_path):
+    path = tmp_path / "acme.toml"
+    path.write_text(SETUP_FILE.format(name="CLI Acme"))
+    body = json.loads(ok(run_cli("setup", str(path), "--json")).stdout)
+    assert list(body) == ["workspace", "teams", "members", "statuses", "sources", "custom_fields", "rules", "forms"]
+    assert body["workspace"].startswith("ws_")
+    prefixes = {"teams": "team_", "members": "mem_", "statuses": "st_", "sources": "src_",
+                "custom_fields": "cf_", "rules": "rule_", "forms": "form_"}
+    for section, prefix in prefixes.items():
+        assert body[section] and all(pid.startswith(prefix) for pid in body[section].values()), section
+    assert list(body["members"]) == ["asha@acme.test"]
+    assert list(body["statuses"]) == ["New", "Won"]
+
+
+def test_setup_without_json_names_what_it_set_up(run_cli, tmp_path):
+    path = tmp_path / "acme.toml"
+    path.write_text(SETUP_FILE.format(name="CLI Acme text"))
+    output = ok(run_cli("setup", str(path))).stdout
+    assert "is set up from" in output and "statuses: New st_" in output
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+def test_tokens_create_json_issues_a_token_with_only_its_abilities(run_cli, client, ws):
+    member = ws.ids.members["nmgr@t.test"]
+    result = ok(run_cli("tokens", "create", "--member", member, "--abilities", "leads:read, leads:create",
+                        "--name", "zapier", "--json"))
+    body = json.loads(result.stdout)
+    assert set(body) == {"id", "token", "member", "abilities"}
+    assert body["member"] == member and body["abilities"] == ["leads:create", "leads:read"]
+    assert body["id"].startswith("tok_") and TOKEN.match(body["token"])
+    assert client.get("/api/v1/leads", headers=bearer(body["token"])).status_code == 200
+    forbidden = client.post("/api/v1/leads/ld_0000000000000000xxxx/status", json={"status": "st_0000000000000000xxxx"},
+                            headers=bearer(body["token"]))
+    assert forbidden.status_code == 403 and "leads:status" in forbidden.json["detail"]
+    assert Token.get(Token.public_id == body["id"]).name == "zapier"
+
+
+def test_tokens_create_with_expiry(run_cli, ws):
+    body = json.loads(ok(run_cli("tokens", "create", "--member", ws.ids.members["admin@t.test"],
+                                 "--abilities", "*", "--expires-in", "30", "--json")).stdout)
+    token = Token.get(Token.public_id == body["id"])
+    assert (token.expires_at - token.created_at).days == 30
+
+
+def test_tokens_create_without_json_shows_the_secret_once(run_cli, ws):
+    output = ok(run_cli("tokens", "create", "--member", ws.ids.members["admin@t.test"], "--abilities", "*")).stdout
+    assert re.search(r"^  lsk_[0-9A-Za-z]{32,}$", output, re.M) and "shown only now" in output
+
+
+@pytest.mark.parametrize("member, abilities, message", [
+    ("mem_doesNotExist000000", "leads:read", "No member mem_doesNotExist000000"),
+    ("n1@t.test", "leads:read,reports:read", "Agents cannot hold reports:read"),
+    ("n1@t.test", "leads:assign", "Agents cannot hold leads:assign"),
+    ("admin@t.test", "leads:read,leads:reed", "Unknown abilities: leads:reed"),
+    ("admin@t.test", " , ", "Give at least one ability"),
+])
+def test_tokens_create_refuses_with_a_clear_message(run_cli, ws, member, abilities, message):
+    member_id = ws.ids.members.get(member, member)
+    count = Token.select().count()
+    failed(run_cli("tokens", "create", "--member", member_id, "--abilities", abilities), message)
+    assert Token.select().count() == count
+
+
+def test_tokens_create_refuses_a_deactivated_member(run_cli, make_workspace):
+    def deactivate(data):
+        next(m for m in data["members"] if m["email"] == "n1@t.test")["active"] = False
+
+    tenant = make_workspace(deactivate)
+    failed(run_cli("tokens", "create", "--member", tenant.ids.members["n1@t.test"], "--abilities", "*"),
+           "is deactivated")
+
+
+def test_tokens_list_shows_ids_and_never_secrets(run_cli, ws):
+    member = ws.ids.members["nmgr@t.test"]
+    created = json.loads(ok(run_cli("tokens", "create", "--member", member, "--abilities", "leads:read",
+                                    "--json")).stdout)
+    other = ws.token("admin@t.test")
+    listing = ok(run_cli("tokens", "list", "--member", member)).stdout
+    assert created["id"] in listing and "leads:read" in listing and "active" in listing
+    assert created["token"] not in listing and "lsk_" not in listing
+    assert other not in ok(run_cli("tokens", "list")).stdout
+
+
+def test_tokens_list_tells_expired_from_expiring(run_cli, ws):
+    member = ws.ids.members["admin@t.test"]
+    expiring = json.loads(ok(run_cli("tokens", "create", "--member", member, "--abilities", "*",
+                                     "--expires-in", "1", "--json")).stdout)
+    expired = json.loads(ok(run_cli("tokens", "create", "--member", member, "--abilities", "*",
+                                    "--expires-in", "1", "--json")).stdout)
+    Token.update(expires_at=utcnow() - timedelta(days=1)).where(Token.public_id == expired["id"]).execute()
+    lines = {line.split()[0]: line for line in ok(run_cli("tokens", "list", "--member", member)).stdout.splitlines()}
+    assert " expires " in lines[expiring["id"]] and " expired " in lines[expired["id"]]
+
+
+def test_tokens_list_for_a_member_without_tokens(run_cli, ws):
+    assert "No tokens." in ok(run_cli("tokens", "list", "--member", ws.ids.members["s1@t.test"])).stdout
+
+
+def test_tokens_revoke_makes_the_token_401(run_cli, client, ws):
+    body = json.loads(ok(run_cli("tokens", "create", "--member", ws.ids.members["admin@t.test"],
+                                 "--abilities", "*", "--json")).stdout)
+    assert client.get("/api/v1/statuses", headers=bearer(body["token"])).status_code == 200
+    assert f"Token {body['id']} is revoked." in ok(run_cli("tokens", "revoke", body["id"])).stdout
+    response = client.get("/api/v1/statuses", headers=bearer(body["token"]))
+    assert response.status_code == 401 and "revoked" in response.json["detail"]
+    assert "revoked" in ok(run_cli("tokens", "list", "--member", body["member"])).stdout
+    ok(run_cli("tokens", "revoke", body["id"]))   # revoking again is harmless
+
+
+def test_tokens_revoke_of_an_unknown_token_says_so(run_cli, app):
+    failed(run_cli("tokens", "revoke", "tok_doesNotExist000000"), "No token tok_doesNotExist000000", "tokens list")
+
+
+# --- openapi, check, migrate -----------------------------------------------------------------
+
+def test_openapi_prints_the_document(run_cli):
+    document = json.loads(ok(run_cli("openapi")).stdout)
+    assert document["openapi"] == "3.1.0" and "/api/v1/leads" in document["paths"]
+
+
+def test_openapi_output_writes_a_file(run_cli, tmp_path):
+    path = tmp_path / "openapi.json"
+    ok(run_cli("openapi", "--output", str(path)))
+    assert json.loads(path.read_text()) == json.loads(run_cli("openapi").stdout)
+
+
+def test_check_passes_on_a_migrated_database(run_cli):
+    assert "Configuration is valid" in ok(run_cli("check")).stdout
+
+
+def test_check_fails_on_an_unreachable_postgresql(run_cli):
+    failed(run_cli("check", env={"LEADSVC_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/leadsvc",
+                                 "LEADSVC_DATABASE_POOL_TIMEOUT": "1"}),
+           "postgresql://postgres@127.0.0.1:1/leadsvc is not reachable")
+
+
+def test_check_fails_on_an_unmigrated_database(run_cli, tmp_path):
+    failed(run_cli("check", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/empty.sqlite3"}),
+           "needs migrations", "leadsvc migrate")
+
+
+def test_commands_never_print_a_database_password(run_cli):
+    result = run_cli("check", env={"LEADSVC_DATABASE_URL": "postgresql://app:s3cret@127.0.0.1:1/leadsvc",
+                                   "LEADSVC_DATABASE_POOL_TIMEOUT": "1"})
+    failed(result, "postgresql://app:***@127.0.0.1:1/leadsvc")
+    assert "s3cret" not in result.output
+
+
+def test_migrate_is_idempotent(run_cli):
+    first, second = ok(run_cli("migrate")), ok(run_cli("migrate"))
+    assert "is up to date" in second.stdout and "Applied" not in second.stderr
+    assert first.stdout == second.stdout
+
+
+def test_migrate_builds_a_fresh_database(run_cli, tmp_path):
+    result = ok(run_cli("migrate", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/new/leadsvc.sqlite3"}))
+    assert "Applied migrations: 0001_initial" in result.stderr and (tmp_path / "new" / "leadsvc.sqlite3").exists()
+
+
+def test_serve_on_a_taken_port_says_so(run_cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed(run_cli("serve", "--port", str(port)), f"Cannot listen on 127.0.0.1:{port}", "--port")
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+def test_config_option_reads_that_file(run_cli, tmp_path, database_url):
+    config = tmp_path / "leadsvc.toml"
+    config.write_text(f'[database]\nurl = "{database_url}"\n\n[scoring]\nhot = 80\n')
+    assert "Configuration is valid" in ok(run_cli("--config", str(config), "check",
+                                                  env={"LEADSVC_DATABASE_URL": None})).stdout
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[databse]\nurl = 'x'\n", "unknown section [databse]"),
+    ("[server]\nprot = 1\n", "unknown key server.prot"),
+    ("[server]\nport = 'eighty'\n", "server.port must be a whole number"),
+    ("[scoring]\nhot = 30\n", "warm < hot"),
+    ("[server\n", "is not valid TOML"),
+])
+def test_a_bad_config_file_is_a_clear_error(run_cli, tmp_path, text, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    failed(run_cli("--config", str(config), "check"), "Configuration:", message)
+
+
+def test_a_bad_environment_variable_is_a_clear_error(run_cli):
+    failed(run_cli("check", env={"LEADSVC_SERVER_PORT": "http"}), "LEADSVC_SERVER_PORT must be a whole number")
+
+
+def test_a_missing_config_file_is_a_clear_error(run_cli, tmp_path):
+    failed(run_cli("--config", str(tmp_path / "missing.toml"), "check"), "missing.toml does not exist")
