@@ -12,12 +12,14 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import peewee as pw
 
+from .models import public_id_pattern
 from .problems import ValidationFailed
 
 PAGE_AFTER = "page[after]"
@@ -38,6 +40,10 @@ class Order:
         if self.descending:
             return query.order_by(self.column.desc(), self.tiebreak.desc())
         return query.order_by(self.column.asc(), self.tiebreak.asc())
+
+    @property
+    def id_pattern(self) -> re.Pattern[str]:
+        return public_id_pattern(self.tiebreak.prefix)
 
     def position(self, row: Any) -> tuple[Any, str]:
         return getattr(row, self.column.name), getattr(row, self.tiebreak.name)
@@ -72,7 +78,7 @@ def decode(cursor: str, binding: str, order: Order) -> tuple[Any, str]:
         if isinstance(value, dict):
             value = datetime.fromisoformat(value["t"])
         value = order.check(value)
-        if not isinstance(public_id, str) or not isinstance(bound_to, str):
+        if not isinstance(bound_to, str) or not isinstance(public_id, str) or not order.id_pattern.match(public_id):
             raise ValueError
     except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError):
         raise ValidationFailed.field(PAGE_AFTER, "Not a cursor this service made; follow links.next as given.") from None

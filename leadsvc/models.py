@@ -41,7 +41,8 @@ def new_public_id(prefix: str) -> str:
 
 
 def public_id_pattern(prefix: str) -> re.Pattern[str]:
-    return re.compile(rf"^{re.escape(prefix)}[0-9A-Za-z]{{16,40}}$")
+    """Well-formed public ids of one kind (\\Z, not $: a trailing newline is not part of an id)."""
+    return re.compile(rf"^{re.escape(prefix)}[0-9A-Za-z]{{16,40}}\Z")
 
 
 class PublicIdField(pw.CharField):

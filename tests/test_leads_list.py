@@ -241,3 +241,14 @@ def test_default_page_size_is_50(client, ws):
         create_lead(client, ws)
     response = client.get("/api/v1/leads", headers=ws.headers())
     assert len(response.json["data"]) == 50 and response.json["meta"]["has_more"] is True
+
+
+def test_a_crafted_cursor_with_a_bad_id_is_422(client, ws):
+    import base64
+    import json
+    for last in ("ld_\x00AAAAAAAAAAAAAAAAAAAA", "1", "ld_" + "A" * 20 + "\n"):
+        from leadsvc.listing import binding
+        raw = json.dumps([binding("-created_at", {}), {"t": "2026-01-01T00:00:00"}, last]).encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        response = client.get("/api/v1/leads", query_string={"page[after]": cursor}, headers=ws.headers())
+        assert response.status_code == 422 and "page[after]" in response.json["errors"]
