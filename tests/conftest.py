@@ -198,3 +198,47 @@ def ws(make_workspace) -> Tenant:
 def other_ws(make_workspace) -> Tenant:
     """Another tenant: nothing of it may ever show in `ws`."""
     return make_workspace()
+
+
+_phones = iter(range(10_000_000))
+
+
+def next_phone() -> str:
+    """A fresh valid Indian mobile number for each call in the run."""
+    return f"+9198{next(_phones):08d}"
+
+
+@pytest.fixture
+def make_lead(client):
+    """Create a lead through the API as the workspace's admin, optionally handed to an owner."""
+    def build(tenant: Tenant, owner: str | None = None, **fields) -> str:
+        headers = tenant.headers()
+        response = client.post("/api/v1/leads", json={"phone": next_phone(), **fields}, headers=headers)
+        assert response.status_code == 201, response.json
+        public_id = response.json["data"]["id"]
+        if owner is not None:
+            moved = client.patch(f"/api/v1/leads/{public_id}", json={"owner": tenant.ids.members[owner]},
+                                 headers=headers)
+            assert moved.status_code == 200, moved.json
+        return public_id
+    return build
+
+
+@pytest.fixture
+def live_server(app):
+    """The app served by waitress on a free loopback port, in a thread: yields its base URL."""
+    import logging
+    import threading
+
+    from waitress.server import create_server
+
+    server = create_server(app, host="127.0.0.1", port=0, threads=4)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.effective_port}"
+    logging.getLogger("waitress").setLevel(logging.CRITICAL)   # no noise from sockets closed under it
+    while server._map:
+        for channel in list(server._map.values()):
+            channel.handle_close()
+    server.task_dispatcher.shutdown()
+    thread.join(timeout=10)
