@@ -6,8 +6,7 @@ counting, grouping and ranking; Python only divides a handful of aggregates and 
 
 Percentiles are by nearest rank: the p-th percentile of n sorted values is the value at 1-based
 rank ceil(p * n / 100), so the median of an even count is the lower middle value, and every
-reported time is one that really occurred. ROW_NUMBER and COUNT windows compute it the same way
-on SQLite and PostgreSQL.
+reported time is one that really occurred. The same SQL picks it on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
                 description="Funnel, velocity and conversion of the leads in the caller's scope.")
 
 PERCENTILES = (50, 90)
+PERCENTILE_NAMES = ("median_seconds", "p90_seconds")
 RATE_DIGITS = 4
 
 
@@ -48,31 +48,56 @@ def seconds_between(start: pw.Node, end: pw.Node) -> pw.Node:
     return pw.Cast(pw.fn.ROUND((pw.fn.julianday(end) - pw.fn.julianday(start)) * 86400), "INTEGER")
 
 
-def nearest_rank(query: pw.ModelSelect, value: pw.Node, bucket: pw.Node | None = None) -> dict[Any, dict[str, Any]]:
-    """{bucket: {count, median_seconds, p90_seconds}} of the values the query yields (bucket None: one group).
+def whole_workspace(who: Caller, filters: Mapping[str, Any]) -> bool:
+    """Whether the report covers every lead of the workspace (an admin without filters)."""
+    return who.role == "admin" and not filters
 
-    One pass: a window numbers the values within each bucket, then each percentile's rank is picked out.
+
+def transitions(who: Caller, filters: Mapping[str, Any], refs: Refs) -> pw.ModelSelect:
+    """Transitions of the leads in scope that match the filters.
+
+    For the whole workspace no lead is needed: the transition's own workspace column is the
+    scope, and the transition indexes answer alone (0003_report_indexes). Otherwise the leads are
+    a semi-join (IN), answered from a lead index without visiting a lead row per transition.
     """
-    partition = [bucket] if bucket is not None else []
-    columns = [value.alias("val"),
-               pw.fn.ROW_NUMBER().over(partition_by=partition, order_by=[value]).alias("pos"),
-               pw.fn.COUNT(pw.SQL("*")).over(partition_by=partition).alias("n")]
-    if bucket is not None:
-        columns.append(bucket.alias("bucket"))
-    ranked = query.select(*columns).alias("ranked")
-    # ceil(n * p / 100) in integer arithmetic, identical on both databases.
-    picks = [pw.fn.MAX(pw.Case(None, [(ranked.c.pos == (ranked.c.n * pw.SQL(str(p)) + pw.SQL("99")) / pw.SQL("100"),
-                                       ranked.c.val)]))
+    query = Transition.select().where(Transition.workspace == who.workspace.id)
+    if whole_workspace(who, filters):
+        return query
+    return query.where(Transition.lead.in_(scoped(Lead.select(Lead.id), who, filters, refs)))
+
+
+Durations = dict[str, "int | None"]
+
+
+def ranked(query: pw.ModelSelect, value: pw.Node, bucket: pw.Node) -> dict[Any, Durations]:
+    """{bucket: {count, median_seconds, p90_seconds}} of the values the query yields, in one pass.
+
+    A window numbers the values within each bucket, then each percentile's rank is picked out.
+    """
+    rows = query.select(
+        bucket.alias("bucket"), value.alias("val"),
+        pw.fn.ROW_NUMBER().over(partition_by=[bucket], order_by=[value]).alias("pos"),
+        pw.fn.COUNT(pw.SQL("*")).over(partition_by=[bucket]).alias("n"),
+    ).alias("ranked")
+    # ceil(n * p / 100) in integer arithmetic, the same on both databases.
+    picks = [pw.fn.MAX(pw.Case(None, [(rows.c.pos == (rows.c.n * pw.SQL(str(p)) + pw.SQL("99")) / pw.SQL("100"),
+                                       rows.c.val)]))
              for p in PERCENTILES]
-    keys = [ranked.c.bucket] if bucket is not None else []
-    outer = pw.Select([ranked], [*keys, pw.fn.MAX(ranked.c.n), *picks])
-    if bucket is not None:
-        outer = outer.group_by(ranked.c.bucket)
-    found = {}
-    for row in outer.bind(database).tuples():
-        key, (count, median, p90) = (row[0], row[1:]) if bucket is not None else (None, row)
-        if count:
-            found[key] = {"count": int(count), "median_seconds": int(median), "p90_seconds": int(p90)}
+    outer = pw.Select([rows], [rows.c.bucket, pw.fn.MAX(rows.c.n), *picks]).group_by(rows.c.bucket)
+    return {key: {"count": int(count), **dict(zip(PERCENTILE_NAMES, map(int, values)))}
+            for key, count, *values in outer.bind(database).tuples()}
+
+
+def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durations:
+    """The same as ranked() for one group of `count` values: ORDER BY value LIMIT 1 OFFSET rank - 1.
+
+    On a covering index of the value this walks to each rank without reading a row or sorting,
+    which a window over the whole workspace cannot avoid; otherwise it is a bounded top-N sort.
+    """
+    found: Durations = {"count": count}
+    for p, name in zip(PERCENTILES, PERCENTILE_NAMES):
+        rank = -(-count * p // 100)   # ceil(count * p / 100)
+        found[name] = int(query.select(value).order_by(value).limit(1).offset(rank - 1).scalar()) if count else None
     return found
 
 
@@ -80,10 +105,10 @@ def nearest_rank(query: pw.ModelSelect, value: pw.Node, bucket: pw.Node | None =
 
 def funnel(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
     """How many leads reached each status (from transitions), and each step's conversion."""
-    reached = dict(scoped(Transition.select(Transition.to_status, pw.fn.COUNT(pw.fn.DISTINCT(Transition.lead)))
-                          .join(Lead, on=(Transition.lead == Lead.id)), who, filters, refs)
+    reached = dict(transitions(who, filters, refs)
+                   .select(Transition.to_status, pw.fn.COUNT(pw.fn.DISTINCT(Transition.lead)))
                    .group_by(Transition.to_status).tuples())
-    leads = scoped(Lead.select(pw.fn.COUNT(Lead.id)), who, filters, refs).scalar()
+    leads = scoped(Lead.select(pw.fn.COUNT(pw.SQL("*"))), who, filters, refs).scalar()
     stages, previous = [], None
     for status in refs.pipeline():
         count = reached.get(status.id, 0)
@@ -97,27 +122,34 @@ def funnel(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any
 
 def velocity(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
     """Median and p90 time spent in each status, and from creation to won."""
-    in_status = nearest_rank(scoped(
-        Transition.select().join(Lead, on=(Transition.lead == Lead.id))
-        .where(Transition.from_status.is_null(False) & Transition.seconds_in_from.is_null(False)),
-        who, filters, refs), Transition.seconds_in_from, bucket=Transition.from_status)
-    won = [status.id for status in refs.statuses.values() if status.kind == "won"]
-    to_won = nearest_rank(scoped(Lead.select().where(Lead.status.in_(won or [0])), who, filters, refs),
-                          seconds_between(Lead.created_at, Lead.status_changed_at))
-    empty = {"count": 0, "median_seconds": None, "p90_seconds": None}
+    moves = transitions(who, filters, refs).where(Transition.from_status.is_null(False)
+                                                  & Transition.seconds_in_from.is_null(False))
+    if whole_workspace(who, filters):
+        counts = dict(moves.select(Transition.from_status, pw.fn.COUNT(pw.SQL("*")))
+                      .group_by(Transition.from_status).tuples())
+        in_status = {status_id: ranked_by_offset(moves.where(Transition.from_status == status_id),
+                                                 Transition.seconds_in_from, count)
+                     for status_id, count in counts.items()}
+    else:
+        in_status = ranked(moves, Transition.seconds_in_from, bucket=Transition.from_status)
+    won = scoped(Lead.select().where(Lead.status.in_(
+        [status.id for status in refs.statuses.values() if status.kind == "won"] or [0])), who, filters, refs)
+    to_won = ranked_by_offset(won, seconds_between(Lead.created_at, Lead.status_changed_at),
+                              won.select(pw.fn.COUNT(pw.SQL("*"))).scalar())
+    empty = {"count": 0, **dict.fromkeys(PERCENTILE_NAMES)}
     return {"stages": [{"status": status_ref(status), **in_status.get(status.id, empty)}
                        for status in refs.pipeline()],
-            "time_to_won": to_won.get(None, empty)}
+            "time_to_won": to_won}
 
 
 def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
     """won / (won + lost) by each lead's current status: overall, by source and by owner."""
-    groups = scoped(Lead.select(Lead.source, Lead.owner, Lead.status, pw.fn.COUNT(Lead.id)), who, filters, refs) \
-        .group_by(Lead.source, Lead.owner, Lead.status).tuples()
+    groups = scoped(Lead.select(Lead.status, Lead.source, Lead.owner, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs) \
+        .group_by(Lead.status, Lead.source, Lead.owner).tuples()
     overall: dict[str, int] = {"open": 0, "won": 0, "lost": 0}
     by_source: dict[int | None, dict[str, int]] = {}
     by_owner: dict[int | None, dict[str, int]] = {}
-    for source_id, owner_id, status_id, count in groups:
+    for status_id, source_id, owner_id, count in groups:
         kind = refs.statuses[status_id].kind
         for tally in (overall, by_source.setdefault(source_id, {"open": 0, "won": 0, "lost": 0}),
                       by_owner.setdefault(owner_id, {"open": 0, "won": 0, "lost": 0})):

@@ -247,3 +247,11 @@ def test_submissions_over_the_per_ip_limit_are_429_and_create_nothing(make_app, 
 def test_form_routes_need_no_token(client, tenant, form_id):
     assert client.get(f"/forms/{form_id}").status_code == 200
     assert submit_json(client, form_id, {"phone": next_phone()}).status_code == 201
+
+
+def test_a_token_of_another_workspace_changes_nothing(client, tenant, other_ws, form_id):
+    phone = next_phone()
+    response = submit_json(client, form_id, {"phone": phone}, **other_ws.headers())
+    assert response.status_code == 201
+    assert leads_of(tenant).where(Lead.phone == phone).exists()
+    assert not leads_of(other_ws).where(Lead.phone == phone).exists()
