@@ -11,6 +11,7 @@ import pytest
 
 from leadsvc.models import Lead, Workspace
 from tests.conftest import ON_CI, next_phone
+from tests.test_forms import with_form
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 # Flags that work headless as root in a container, with nothing fetched from the network.
@@ -41,12 +42,6 @@ def browser(tmp_path):
     driver.set_page_load_timeout(WAIT)
     yield driver
     driver.quit()
-
-
-def with_form(data):
-    data["forms"] = [{"name": "Website enquiry", "source": "Website", "allowed_origins": ["https://acme.test"]}]
-    data["rules"] = [{"name": "Villas go South", "when": {"custom_fields": {"product_interest": ["villa"]}},
-                      "assign": {"team": "South", "strategy": "round_robin"}}]
 
 
 def test_a_person_submits_the_web_form_and_reads_the_docs(browser, live_server, make_workspace, tmp_path):
