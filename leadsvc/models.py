@@ -212,6 +212,8 @@ class Lead(BaseModel):
             (("owner", "created_at", "public_id"), False),
             (("owner", "score", "public_id"), False),
             (("owner", "activity_sort_at", "public_id"), False),
+            # Reports (0003): conversion by status, source and owner, and time to won, from the index alone.
+            (("workspace", "status", "source", "owner", "created_at", "status_changed_at"), False),
         )
 
 
@@ -234,7 +236,12 @@ class Transition(Attributed):
     seconds_in_from = pw.IntegerField(null=True)
 
     class Meta:
-        indexes = ((("lead", "at", "public_id"), False),)
+        indexes = (
+            (("lead", "at", "public_id"), False),
+            # Reports (0003): the funnel and time in status of a whole workspace, from the index alone.
+            (("workspace", "to_status", "lead"), False),
+            (("workspace", "from_status", "seconds_in_from"), False),
+        )
 
 
 class Activity(Attributed):

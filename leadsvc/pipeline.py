@@ -380,19 +380,29 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
 
 # --- timeline --------------------------------------------------------------------------------
 
+NOTE_EXCERPT = 200   # characters of a note repeated in its timeline entry
+
+
 def add_note(lead: Lead, body: str, actor: Actor) -> Note:
+    """Add a note: the note, its timeline entry and its audit entry in one transaction."""
     with database.atomic():
         note = Note.create(workspace=lead.workspace_id, lead=lead, body=body, **actor.columns())
-        _activity(lead, actor, "note", body[:200], {"note": note.public_id})
+        _activity(lead, actor, "note", body[:NOTE_EXCERPT], {"note": note.public_id})
+        _audit(lead, actor, "note_added", {"note": {"old": None, "new": note.public_id}})
     return note
 
 
 def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | None, actor: Actor,
                  refs: Refs) -> tuple[Lead, Activity]:
-    """Log a call, e-mail, meeting or message: moves last_activity_at and the engagement score."""
-    assert kind in CONTACT_KINDS
+    """Log a call, e-mail, meeting or message: moves last_activity_at and the engagement score.
+
+    last_activity_at only moves forward: logging an older contact after a newer one keeps the newer.
+    """
+    if kind not in CONTACT_KINDS:
+        raise ValueError(f"not a contact kind: {kind}")
     with database.atomic():
         current = _lock(lead)
+        before = {"last_activity_at": current.last_activity_at, "score": current.score}
         activity = _activity(current, actor, kind, summary, at=occurred_at)
         at = activity.occurred_at
         if current.last_activity_at is None or at > current.last_activity_at:
@@ -401,4 +411,7 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
         current.updated_at, current.version = utcnow(), current.version + 1
         rescore(current, refs)
         current.save()
+        changes = {name: {"old": plain(old), "new": plain(getattr(current, name))}
+                   for name, old in before.items() if old != getattr(current, name)}
+        _audit(current, actor, "activity_logged", {"activity": {"old": None, "new": activity.public_id}, **changes})
     return current, activity

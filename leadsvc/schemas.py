@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import cache
 
 import marshmallow as ma
 
-from .models import public_id_pattern
+from .models import CONTACT_KINDS, public_id_pattern, utcnow
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -326,3 +326,171 @@ class TransitionSchema(ma.Schema):
 class StatusMoveResultSchema(ma.Schema):
     data = ma.fields.Nested(LeadSchema, required=True)
     transition = ma.fields.Nested(TransitionSchema, required=True)
+
+
+# --- timeline --------------------------------------------------------------------------------
+
+# How far in the future a logged activity's occurred_at may be: clocks of clients drift.
+CLOCK_SKEW = timedelta(minutes=5)
+
+
+class UtcAwareDateTime(ma.fields.AwareDateTime):
+    """An RFC 3339 datetime with an offset, loaded as naive UTC (how times are stored)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        return super()._deserialize(value, attr, data, **kwargs).astimezone(UTC).replace(tzinfo=None)
+
+
+def required_text(max_length: int, **kwargs) -> Text:
+    """A trimmed string of 1..max_length characters (blank after trimming counts as missing)."""
+    return Text(max_length, required=True, **kwargs)
+
+
+class NoteCreateSchema(ma.Schema):
+    body = required_text(NOTE_LENGTH, metadata={"description": "Trimmed; 1 to 5,000 characters."})
+
+    @ma.validates("body")
+    def _not_blank(self, value, **kwargs):
+        if not value:
+            raise ma.ValidationError("Write something: the note is empty.")
+
+
+class ActivityCreateSchema(ma.Schema):
+    kind = ma.fields.String(required=True, validate=ma.validate.OneOf(CONTACT_KINDS))
+    summary = required_text(NOTE_LENGTH, metadata={"description": "What happened; 1 to 5,000 characters."})
+    occurred_at = UtcAwareDateTime(metadata={
+        "description": "RFC 3339 with an offset; default now. Not in the future (5 minutes of clock skew allowed)."})
+
+    @ma.validates("summary")
+    def _not_blank(self, value, **kwargs):
+        if not value:
+            raise ma.ValidationError("Say what happened: the summary is empty.")
+
+    @ma.validates("occurred_at")
+    def _not_in_future(self, value, **kwargs):
+        if value > utcnow() + CLOCK_SKEW:
+            raise ma.ValidationError("An activity cannot have happened in the future.")
+
+
+class NoteDocumentSchema(ma.Schema):
+    data = ma.fields.Nested(NoteSchema, required=True)
+
+
+class ActivityLoggedSchema(ma.Schema):
+    data = ma.fields.Nested(ActivitySchema, required=True)
+    lead = ma.fields.Nested(LeadSchema, required=True, metadata={"description": "The lead as it is now."})
+
+
+class AuditChangeSchema(ma.Schema):
+    old = ma.fields.Raw(allow_none=True, required=True)
+    new = ma.fields.Raw(allow_none=True, required=True)
+
+
+class AuditEntrySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    action = ma.fields.String(required=True, metadata={
+        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged"]})
+    changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
+    request_id = ma.fields.String(allow_none=True, required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+    at = ma.fields.String(required=True)
+
+
+class HistoryQuery(ma.Schema):
+    page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
+    page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
+
+
+# --- reports (documentation of reports.py) ---------------------------------------------------
+
+RATE_HELP = "Rounded to 4 decimals; null when there is nothing to divide by."
+RANK_HELP = "Nearest rank: the smallest value with at least p% of the values at or below it."
+
+
+class FunnelStageSchema(ma.Schema):
+    status = ma.fields.Nested(StatusRefSchema, required=True)
+    reached = ma.fields.Integer(required=True, metadata={
+        "description": "Leads with at least one transition into this status (each lead counted once)."})
+    conversion = ma.fields.Float(allow_none=True, required=True, metadata={
+        "description": "reached / reached of the previous stage that is not `lost`, in pipeline order; "
+                       "null for the first stage and for lost stages. " + RATE_HELP})
+
+
+class FunnelSchema(ma.Schema):
+    leads = ma.fields.Integer(required=True, metadata={"description": "Leads in scope that match the filters."})
+    stages = ma.fields.List(ma.fields.Nested(FunnelStageSchema), required=True,
+                            metadata={"description": "Every status, in pipeline order."})
+
+
+class DurationsSchema(ma.Schema):
+    count = ma.fields.Integer(required=True)
+    median_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "The 50th percentile by nearest rank (for an even count, the lower middle value)."})
+    p90_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "The 90th percentile by nearest rank. " + RANK_HELP})
+
+
+class VelocityStageSchema(DurationsSchema):
+    status = ma.fields.Nested(StatusRefSchema, required=True, metadata={
+        "description": "Time spent in this status, from every transition out of it."})
+
+
+class VelocitySchema(ma.Schema):
+    stages = ma.fields.List(ma.fields.Nested(VelocityStageSchema), required=True,
+                            metadata={"description": "Every status, in pipeline order."})
+    time_to_won = ma.fields.Nested(DurationsSchema, required=True, metadata={
+        "description": "From a lead's creation to its move into the won status it is in now."})
+
+
+class OutcomeSchema(ma.Schema):
+    leads = ma.fields.Integer(required=True)
+    open = ma.fields.Integer(required=True)
+    won = ma.fields.Integer(required=True)
+    lost = ma.fields.Integer(required=True)
+    won_rate = ma.fields.Float(allow_none=True, required=True, metadata={
+        "description": "won / (won + lost), by each lead's current status. " + RATE_HELP})
+
+
+class SourceOutcomeSchema(OutcomeSchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+
+
+class OwnerOutcomeSchema(OutcomeSchema):
+    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
+
+
+class ConversionSchema(ma.Schema):
+    overall = ma.fields.Nested(OutcomeSchema, required=True)
+    by_source = ma.fields.List(ma.fields.Nested(SourceOutcomeSchema), required=True,
+                               metadata={"description": "Sources with at least one lead, by name; no source last."})
+    by_owner = ma.fields.List(ma.fields.Nested(OwnerOutcomeSchema), required=True,
+                              metadata={"description": "Owners with at least one lead, by name; no owner last."})
+
+
+# --- web forms -------------------------------------------------------------------------------
+
+HONEYPOT = "website"   # a field people never see; bots that fill every field fill it
+
+
+class FormSubmissionSchema(LeadCreateSchema):
+    """A web-form submission: the lead's contact and custom fields; the form sets the source."""
+
+    website = ma.fields.String(load_only=True, metadata={
+        "description": "The honeypot: leave it out or empty. A submission that fills it is answered "
+                       "like a success and dropped."})
+
+    class Meta:
+        exclude = ("source", "estimated_value")
+
+
+class FormReceiptBodySchema(ma.Schema):
+    form = ma.fields.String(required=True)
+    message = ma.fields.String(required=True)
+
+
+class FormReceiptSchema(ma.Schema):
+    """What a JSON submission gets back: a receipt, never the lead (the caller is anonymous)."""
+
+    data = ma.fields.Nested(FormReceiptBodySchema, required=True)
+    duplicate = ma.fields.Boolean(required=True, metadata={
+        "description": "Whether the phone or e-mail matched an existing lead (then nothing new was created)."})

@@ -249,6 +249,22 @@ def bulk_leads(ws, count: int, rng: random.Random) -> None:
         db.cursor().executemany(sql, rows)
 
 
+@pytest.fixture
+def make_lead(client):
+    """Create a lead through the API as the workspace's admin, optionally handed to an owner."""
+    def build(tenant: Tenant, owner: str | None = None, **fields) -> str:
+        headers = tenant.headers()
+        response = client.post("/api/v1/leads", json={"phone": new_phone(), **fields}, headers=headers)
+        assert response.status_code == 201, response.json
+        public_id = response.json["data"]["id"]
+        if owner is not None:
+            moved = client.patch(f"/api/v1/leads/{public_id}", json={"owner": tenant.ids.members[owner]},
+                                 headers=headers)
+            assert moved.status_code == 200, moved.json
+        return public_id
+    return build
+
+
 # --- a real server -----------------------------------------------------------------------------
 
 @pytest.fixture

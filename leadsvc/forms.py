@@ -1,0 +1,191 @@
+"""Web forms: an HTML page people fill in, and the submission endpoint it (or a site's script) posts to.
+
+No token: submissions are limited per client IP (rate_limits.forms, applied in create_app), must
+come from one of the form's allowed origins, and a filled honeypot is answered like a success and
+dropped. What is left goes through pipeline.create_lead with the form as the actor, exactly like
+an API create: validation, duplicates, routing, scoring, audit.
+
+Origins: a request's Origin header, else the origin of its Referer, must be the service's own
+(the form page it serves) or one of the form's allowed_origins. A request with neither header is
+not from a browser page, could forge either anyway, and is let through to the other checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import marshmallow as ma
+from flask import Response, g, render_template, request, url_for
+from flask.views import MethodView
+from werkzeug.datastructures import MultiDict
+
+from . import pipeline
+from .config import settings
+from .documents import Refs, json_response
+from .extensions import Blueprint
+from .models import CustomField, Form, Workspace
+from .problems import Forbidden, NotFound, UnsupportedMediaType, ValidationFailed, flatten_messages
+from .schemas import HONEYPOT, FormReceiptSchema, FormSubmissionSchema
+
+blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
+
+THANKS = "Thank you! We have your details and will be in touch soon."
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+CUSTOM_PREFIX = "custom_fields."
+TRUE_WORDS, FALSE_WORDS = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+HTML_PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
+SUBMISSION_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": FormSubmissionSchema},
+        "application/x-www-form-urlencoded": {"schema": {
+            "type": "object", "additionalProperties": {"type": "string"},
+            "description": "The HTML form's fields: first_name, last_name, phone, email, website (the "
+                           "honeypot) and custom_fields.<name> for each custom field. Answered with HTML."}},
+    },
+}
+
+
+def find_form(form_id: str) -> Form:
+    form = Form.select(Form, Workspace).join(Workspace).where(Form.public_id == form_id).first()
+    if form is None:
+        raise NotFound(f"No form {form_id}.")
+    return form
+
+
+def origin_of(url: str | None) -> str | None:
+    """scheme://host[:port] in lower case, without a default port; None if the URL has no origin."""
+    try:
+        parts = urlsplit((url or "").strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port and port != DEFAULT_PORTS[parts.scheme] else "")
+
+
+def check_origin(form: Form) -> None:
+    """403 unless the request comes from the service's own pages or one of the form's allowed origins."""
+    origin, referer = request.headers.get("Origin"), request.headers.get("Referer")
+    if origin is None and referer is None:
+        return
+    sent = origin_of(origin) if origin is not None else origin_of(referer)
+    allowed = {origin_of(request.host_url)} | {origin_of(url) for url in form.allowed_origins or []}
+    if sent is None or sent not in allowed:
+        raise Forbidden("This form does not accept submissions from "
+                        f"{sent or 'a page without an origin'}; add it to the form's allowed_origins.")
+
+
+def typed(raw: str, definition: CustomField | None) -> Any:
+    """A form field's text as the custom field's type; left as text when it does not fit (create_lead says why)."""
+    kind = definition.type if definition else "text"
+    if kind == "number":
+        for number in (int, float):
+            try:
+                return number(raw)
+            except ValueError:
+                pass
+    elif kind == "boolean" and raw.lower() in TRUE_WORDS + FALSE_WORDS:
+        return raw.lower() in TRUE_WORDS
+    return raw
+
+
+def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) -> dict[str, Any]:
+    """Form-encoded fields as a submission; empty inputs mean "not given"."""
+    data: dict[str, Any] = {}
+    custom: dict[str, Any] = {}
+    for name, value in fields.items():
+        if not value.strip():
+            continue
+        if name.startswith(CUSTOM_PREFIX):
+            key = name[len(CUSTOM_PREFIX):]
+            custom[key] = typed(value.strip(), definitions.get(key))
+        else:
+            data[name] = value
+    if custom:
+        data["custom_fields"] = custom
+    return data
+
+
+def submission() -> tuple[Mapping[str, Any], bool]:
+    """The submitted fields and whether they came form-encoded (from an HTML page)."""
+    if request.mimetype in FORM_TYPES:
+        return request.form, True
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType("Send the fields as JSON or form-encoded (application/x-www-form-urlencoded).")
+    data = request.get_json(silent=True)
+    if not isinstance(data, dict):
+        raise ValidationFailed.field("body", "The request body must be a JSON object.")
+    return data, False
+
+
+def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created | None:
+    """Create the lead a submission describes; None when the honeypot says a bot sent it."""
+    if str(data.get(HONEYPOT) or "").strip():
+        return None
+    try:
+        fields = FormSubmissionSchema().load(data)
+    except ma.ValidationError as exc:
+        raise ValidationFailed(errors=flatten_messages(exc.messages)) from None
+    fields.pop(HONEYPOT, None)
+    fields["source"] = form.source.public_id if form.source_id else None
+    actor = pipeline.Actor(workspace=form.workspace, form=form, request_id=g.request_id)
+    return pipeline.create_lead(fields, actor, refs)
+
+
+def page(form: Form, refs: Refs, *, values: Mapping[str, str] | None = None,
+         errors: Mapping[str, list[str]] | None = None, status: int = 200) -> Response:
+    fields = sorted(refs.custom_fields.values(), key=lambda f: (f.position, f.name))
+    html = render_template("form.html", form=form, custom_fields=fields, values=values or {},
+                           errors=errors or {}, honeypot=HONEYPOT, custom_prefix=CUSTOM_PREFIX,
+                           action=url_for("forms.FormSubmissions", form_id=form.public_id))
+    return Response(html, status=status, mimetype="text/html")
+
+
+@blp.route("/forms/<form_id>")
+class FormPage(MethodView):
+    @blp.doc(security=[], responses={"200": {"description": "The form.", **HTML_PAGE},
+                                     "404": {"description": "No such form.", **HTML_PAGE}})
+    def get(self, form_id):
+        """The web form, as an HTML page that works without JavaScript"""
+        try:
+            form = find_form(form_id)
+        except NotFound:
+            return Response(render_template("form_missing.html"), status=404, mimetype="text/html")
+        return page(form, Refs.load(form.workspace, settings()))
+
+
+@blp.route("/api/v1/forms/<form_id>/submissions")
+class FormSubmissions(MethodView):
+    @blp.doc(security=[], requestBody=SUBMISSION_BODY)
+    @blp.response(201, FormReceiptSchema, description="JSON: a lead was created (or the honeypot was filled).")
+    @blp.alt_response(200, schema=FormReceiptSchema, success=True,
+                      description="JSON: the phone or e-mail matched an existing lead, so nothing new was created. "
+                                  "Form-encoded submissions always get the HTML thank-you page with 200, and the "
+                                  "form again with the errors shown (422) when input is invalid.")
+    @blp.alt_response(403, response="FORBIDDEN")
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(415, response="UNSUPPORTED_MEDIA_TYPE")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
+    def post(self, form_id):
+        """Submit a web form: JSON answers JSON, form-encoded answers an HTML page"""
+        form = find_form(form_id)
+        check_origin(form)
+        raw, from_page = submission()
+        refs = Refs.load(form.workspace, settings())
+        if not from_page:
+            created = accept(form, raw, refs)
+            duplicate = created is not None and created.duplicate
+            return json_response({"data": {"form": form.public_id, "message": THANKS}, "duplicate": duplicate},
+                                 200 if duplicate else 201)
+        try:
+            accept(form, from_form_fields(raw, refs.custom_fields), refs)
+        except ValidationFailed as exc:
+            return page(form, refs, values=raw, errors=exc.errors or {}, status=422)
+        return Response(render_template("form_thanks.html", form=form, message=THANKS), mimetype="text/html")

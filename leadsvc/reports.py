@@ -1,0 +1,205 @@
+"""Pipeline reports: funnel, velocity and conversion, aggregated in SQL over the caller's scope.
+
+Every report starts from the leads the caller may see (auth.lead_scope) narrowed by the report
+filters (listing.filter_leads), so a manager's report counts only its team. The database does the
+counting, grouping and ranking; Python only divides a handful of aggregates and names them.
+
+Percentiles are by nearest rank: the p-th percentile of n sorted values is the value at 1-based
+rank ceil(p * n / 100), so the median of an even count is the lower middle value, and every
+reported time is one that really occurred. The same SQL picks it on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import peewee as pw
+from flask.views import MethodView
+
+from .auth import Caller, caller, lead_scope, requires
+from .db import database, is_postgres
+from .documents import Refs, json_response, member_ref, ref, request_refs, status_ref
+from .extensions import Blueprint
+from .listing import ReportFilterQuery, filter_leads
+from .models import Lead, Transition
+from .schemas import ConversionSchema, FunnelSchema, VelocitySchema, one
+
+blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
+                description="Funnel, velocity and conversion of the leads in the caller's scope.")
+
+PERCENTILES = (50, 90)
+PERCENTILE_NAMES = ("median_seconds", "p90_seconds")
+RATE_DIGITS = 4
+
+
+def rate(numerator: int, denominator: int) -> float | None:
+    return round(numerator / denominator, RATE_DIGITS) if denominator else None
+
+
+def scoped(query: pw.ModelSelect, who: Caller, filters: Mapping[str, Any], refs: Refs) -> pw.ModelSelect:
+    """A query over Lead (or joined to it) narrowed to the caller's scope and the report filters."""
+    return filter_leads(query.where(lead_scope(who)), filters, refs, refs.settings)
+
+
+def seconds_between(start: pw.Node, end: pw.Node) -> pw.Node:
+    """end - start in whole seconds, in the dialect of the database in use."""
+    if is_postgres():
+        return pw.Cast(pw.fn.ROUND(pw.fn.EXTRACT(pw.NodeList((pw.SQL("EPOCH FROM"), end - start)))), "BIGINT")
+    return pw.Cast(pw.fn.ROUND((pw.fn.julianday(end) - pw.fn.julianday(start)) * 86400), "INTEGER")
+
+
+def whole_workspace(who: Caller, filters: Mapping[str, Any]) -> bool:
+    """Whether the report covers every lead of the workspace (an admin without filters)."""
+    return who.role == "admin" and not filters
+
+
+def transitions(who: Caller, filters: Mapping[str, Any], refs: Refs) -> pw.ModelSelect:
+    """Transitions of the leads in scope that match the filters.
+
+    For the whole workspace no lead is needed: the transition's own workspace column is the
+    scope, and the transition indexes answer alone (0003_report_indexes). Otherwise the leads are
+    a semi-join (IN), answered from a lead index without visiting a lead row per transition.
+    """
+    query = Transition.select().where(Transition.workspace == who.workspace.id)
+    if whole_workspace(who, filters):
+        return query
+    return query.where(Transition.lead.in_(scoped(Lead.select(Lead.id), who, filters, refs)))
+
+
+Durations = dict[str, "int | None"]
+
+
+def ranked(query: pw.ModelSelect, value: pw.Node, bucket: pw.Node) -> dict[Any, Durations]:
+    """{bucket: {count, median_seconds, p90_seconds}} of the values the query yields, in one pass.
+
+    A window numbers the values within each bucket, then each percentile's rank is picked out.
+    """
+    rows = query.select(
+        bucket.alias("bucket"), value.alias("val"),
+        pw.fn.ROW_NUMBER().over(partition_by=[bucket], order_by=[value]).alias("pos"),
+        pw.fn.COUNT(pw.SQL("*")).over(partition_by=[bucket]).alias("n"),
+    ).alias("ranked")
+    # ceil(n * p / 100) in integer arithmetic, the same on both databases.
+    picks = [pw.fn.MAX(pw.Case(None, [(rows.c.pos == (rows.c.n * pw.SQL(str(p)) + pw.SQL("99")) / pw.SQL("100"),
+                                       rows.c.val)]))
+             for p in PERCENTILES]
+    outer = pw.Select([rows], [rows.c.bucket, pw.fn.MAX(rows.c.n), *picks]).group_by(rows.c.bucket)
+    return {key: {"count": int(count), **dict(zip(PERCENTILE_NAMES, map(int, values)))}
+            for key, count, *values in outer.bind(database).tuples()}
+
+
+def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durations:
+    """The same as ranked() for one group of `count` values: ORDER BY value LIMIT 1 OFFSET rank - 1.
+
+    On a covering index of the value this walks to each rank without reading a row or sorting,
+    which a window over the whole workspace cannot avoid; otherwise it is a bounded top-N sort.
+    """
+    found: Durations = {"count": count}
+    for p, name in zip(PERCENTILES, PERCENTILE_NAMES):
+        rank = -(-count * p // 100)   # ceil(count * p / 100)
+        found[name] = int(query.select(value).order_by(value).limit(1).offset(rank - 1).scalar()) if count else None
+    return found
+
+
+# --- the reports -----------------------------------------------------------------------------
+
+def funnel(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
+    """How many leads reached each status (from transitions), and each step's conversion."""
+    reached = dict(transitions(who, filters, refs)
+                   .select(Transition.to_status, pw.fn.COUNT(pw.fn.DISTINCT(Transition.lead)))
+                   .group_by(Transition.to_status).tuples())
+    leads = scoped(Lead.select(pw.fn.COUNT(pw.SQL("*"))), who, filters, refs).scalar()
+    stages, previous = [], None
+    for status in refs.pipeline():
+        count = reached.get(status.id, 0)
+        conversion = None
+        if status.kind != "lost":
+            conversion = rate(count, previous) if previous is not None else None
+            previous = count
+        stages.append({"status": status_ref(status), "reached": count, "conversion": conversion})
+    return {"leads": leads, "stages": stages}
+
+
+def velocity(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
+    """Median and p90 time spent in each status, and from creation to won."""
+    moves = transitions(who, filters, refs).where(Transition.from_status.is_null(False)
+                                                  & Transition.seconds_in_from.is_null(False))
+    if whole_workspace(who, filters):
+        counts = dict(moves.select(Transition.from_status, pw.fn.COUNT(pw.SQL("*")))
+                      .group_by(Transition.from_status).tuples())
+        in_status = {status_id: ranked_by_offset(moves.where(Transition.from_status == status_id),
+                                                 Transition.seconds_in_from, count)
+                     for status_id, count in counts.items()}
+    else:
+        in_status = ranked(moves, Transition.seconds_in_from, bucket=Transition.from_status)
+    won = scoped(Lead.select().where(Lead.status.in_(
+        [status.id for status in refs.statuses.values() if status.kind == "won"] or [0])), who, filters, refs)
+    to_won = ranked_by_offset(won, seconds_between(Lead.created_at, Lead.status_changed_at),
+                              won.select(pw.fn.COUNT(pw.SQL("*"))).scalar())
+    empty = {"count": 0, **dict.fromkeys(PERCENTILE_NAMES)}
+    return {"stages": [{"status": status_ref(status), **in_status.get(status.id, empty)}
+                       for status in refs.pipeline()],
+            "time_to_won": to_won}
+
+
+def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
+    """won / (won + lost) by each lead's current status: overall, by source and by owner."""
+    groups = scoped(Lead.select(Lead.status, Lead.source, Lead.owner, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs) \
+        .group_by(Lead.status, Lead.source, Lead.owner).tuples()
+    overall: dict[str, int] = {"open": 0, "won": 0, "lost": 0}
+    by_source: dict[int | None, dict[str, int]] = {}
+    by_owner: dict[int | None, dict[str, int]] = {}
+    for status_id, source_id, owner_id, count in groups:
+        kind = refs.statuses[status_id].kind
+        for tally in (overall, by_source.setdefault(source_id, {"open": 0, "won": 0, "lost": 0}),
+                      by_owner.setdefault(owner_id, {"open": 0, "won": 0, "lost": 0})):
+            tally[kind] += count
+
+    def outcome(tally: dict[str, int]) -> dict[str, Any]:
+        return {"leads": sum(tally.values()), **tally, "won_rate": rate(tally["won"], tally["won"] + tally["lost"])}
+
+    def by_name(table: dict[int, Any]):
+        return lambda item: (item[0] is None, table[item[0]].name if item[0] is not None else "", item[0] or 0)
+
+    return {
+        "overall": outcome(overall),
+        "by_source": [{"source": ref(refs.sources.get(key)), **outcome(tally)}
+                      for key, tally in sorted(by_source.items(), key=by_name(refs.sources))],
+        "by_owner": [{"owner": member_ref(refs.members.get(key)), **outcome(tally)}
+                     for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
+    }
+
+
+# --- views -----------------------------------------------------------------------------------
+
+@blp.route("/funnel")
+class Funnel(MethodView):
+    @requires("reports:read")
+    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.response(200, one(FunnelSchema))
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, filters):
+        """How many leads reached each status, and step-to-step conversion"""
+        return json_response({"data": funnel(caller(), filters, request_refs())})
+
+
+@blp.route("/velocity")
+class Velocity(MethodView):
+    @requires("reports:read")
+    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.response(200, one(VelocitySchema))
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, filters):
+        """Median and p90 time in each status, and median time to won"""
+        return json_response({"data": velocity(caller(), filters, request_refs())})
+
+
+@blp.route("/conversion")
+class Conversion(MethodView):
+    @requires("reports:read")
+    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.response(200, one(ConversionSchema))
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, filters):
+        """Won rate overall, by source and by owner"""
+        return json_response({"data": conversion(caller(), filters, request_refs())})

@@ -1,0 +1,104 @@
+"""A lead's timeline and history: add notes, log contacts, list transitions and audit entries.
+
+Views only; the writes are pipeline.add_note and pipeline.log_activity. Every route finds the lead
+through the caller's scope first, so a lead outside it is 404 exactly like a missing one.
+History lists are oldest first (the order a history is read in), keyset-paginated on (at, id).
+"""
+
+from __future__ import annotations
+
+import peewee as pw
+from flask import g, request
+from flask.views import MethodView
+
+from . import cursor, pipeline
+from .auth import caller, requires, visible_lead_or_404
+from .documents import (ActorNames, activity_document, audit_document, json_response, lead_document,
+                        note_document, request_refs, transition_document)
+from .extensions import Blueprint
+from .listing import next_link
+from .models import AuditEntry, Lead, Transition
+from .schemas import (ActivityCreateSchema, ActivityLoggedSchema, AuditEntrySchema, HistoryQuery,
+                      NoteCreateSchema, NoteDocumentSchema, TransitionSchema, page_of)
+
+blp = Blueprint("timeline", __name__, url_prefix="/api/v1/leads",
+                description="A lead's timeline (notes, logged contacts) and its history (stage moves, audit).")
+
+HISTORY_ORDERS = {
+    "transitions": cursor.Order(Transition.at, Transition.public_id, descending=False),
+    "audit": cursor.Order(AuditEntry.at, AuditEntry.public_id, descending=False),
+}
+
+
+def actor() -> pipeline.Actor:
+    return pipeline.actor_for(caller(), g.request_id)
+
+
+def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, document) -> dict:
+    """One page of a lead's transitions or audit entries, oldest first, as the list envelope."""
+    order = HISTORY_ORDERS[kind]
+    # A cursor is bound to the list and the lead it came from.
+    binding = cursor.fingerprint(kind, lead.public_id)
+    rows, after = cursor.page(model.select().where(model.lead == lead.id), order, params["page_size"],
+                              binding, params.get("page_after"))
+    names = ActorNames(rows, request_refs())
+    return {"data": [document(row, names) for row in rows],
+            "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(), after)},
+            "meta": {"has_more": after is not None}}
+
+
+@blp.route("/<public_id>/notes")
+class LeadNotes(MethodView):
+    @requires("notes:write")
+    @blp.arguments(NoteCreateSchema)
+    @blp.response(201, NoteDocumentSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data, public_id):
+        """Add a note to a lead"""
+        lead = visible_lead_or_404(public_id)
+        note = pipeline.add_note(lead, data["body"], actor())
+        return json_response({"data": note_document(note, ActorNames([note], request_refs()))}, 201)
+
+
+@blp.route("/<public_id>/activities")
+class LeadActivities(MethodView):
+    @requires("activities:write")
+    @blp.arguments(ActivityCreateSchema)
+    @blp.response(201, ActivityLoggedSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data, public_id):
+        """Log a call, e-mail, meeting or message (moves last_activity_at and the score)"""
+        lead = visible_lead_or_404(public_id)
+        refs = request_refs()
+        lead, activity = pipeline.log_activity(lead, data["kind"], data["summary"], data.get("occurred_at"),
+                                               actor(), refs)
+        return json_response({"data": activity_document(activity, ActorNames([activity], refs)),
+                              "lead": lead_document(lead, refs)}, 201)
+
+
+@blp.route("/<public_id>/transitions")
+class LeadTransitions(MethodView):
+    @requires("leads:read")
+    @blp.arguments(HistoryQuery, location="query")
+    @blp.response(200, page_of(TransitionSchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, params, public_id):
+        """List a lead's stage moves, oldest first"""
+        lead = visible_lead_or_404(public_id)
+        return json_response(history_page("transitions", Transition, lead, params, transition_document))
+
+
+@blp.route("/<public_id>/audit")
+class LeadAudit(MethodView):
+    @requires("audit:read")
+    @blp.arguments(HistoryQuery, location="query")
+    @blp.response(200, page_of(AuditEntrySchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, params, public_id):
+        """List a lead's audit entries, oldest first"""
+        lead = visible_lead_or_404(public_id)
+        return json_response(history_page("audit", AuditEntry, lead, params, audit_document))
