@@ -9,6 +9,7 @@ from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from . import db, docs, health, leads, limits, observability, reference
+from . import export, metrics
 from .config import load_settings
 from .problems import ProblemApi
 
@@ -51,14 +52,17 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                                      PackageLoader("flask_smorest", "spec/templates")])
     db.init_app(app)
     observability.init_app(app)
+    metrics.init_app(app)
     api = ProblemApi(app)
     for blueprint in (health.blp, leads.blp, reference.blp):
         api.register_blueprint(blueprint)
+    api.register_blueprint(export.blp)
     app.register_blueprint(docs.blp)
     app.extensions["leadsvc.api"] = api
     limiter = limits.init_app(app)
     for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):
         limiter.exempt(probe_or_docs)
+    limiter.exempt(metrics.blp)
     return app
 
 
