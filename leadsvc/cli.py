@@ -39,6 +39,10 @@ def _migrated_app(ctx: click.Context) -> Flask:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "
             f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
+    except pw.ImproperlyConfigured:
+        raise click.ClickException(
+            f"database.url is {redact(app.config['LEADSVC']['database']['url'])}, but this Python cannot import "
+            f"psycopg: install it into the Python that runs leadsvc (pip install 'psycopg[binary]').") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -340,9 +344,9 @@ def database_problems(url: str) -> list[str]:
     try:
         ping()
         pending = pending_migrations()
-    except pw.ImproperlyConfigured as exc:
-        return [f"database.url is {url}, but {reason(exc)}: install psycopg into the Python that runs "
-                f"leadsvc (pip install 'psycopg[binary]')."]
+    except pw.ImproperlyConfigured:
+        return [f"database.url is {url}, but this Python cannot import psycopg: install it into the Python "
+                f"that runs leadsvc (pip install 'psycopg[binary]')."]
     except (*UNAVAILABLE_ERRORS, RuntimeError) as exc:
         return [f"Database {url} does not answer: {reason(exc)}. Check database.url (or LEADSVC_DATABASE_URL) "
                 f"and that the server runs and accepts this user."]

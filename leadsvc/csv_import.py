@@ -104,14 +104,15 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
             report.fail(row, {"row": [f"{len(cells)} cells, but the header names {len(columns)} columns."]})
             continue
         body, problems = row_body(dict(zip(columns, cells)), refs)
-        if problems:
+        try:
+            data = schema.load(body)
+        except ma.ValidationError as exc:
+            problems.update(flatten_messages(exc.messages))
+        if problems:   # every problem of the row at once, not one per run
             report.fail(row, problems)
             continue
         try:
-            created = pipeline.create_lead(schema.load(body), actor, refs)
-        except ma.ValidationError as exc:
-            report.fail(row, flatten_messages(exc.messages))
-            continue
+            created = pipeline.create_lead(data, actor, refs)
         except Problem as exc:
             report.fail(row, exc.errors or {"row": [exc.detail or exc.code]})
             continue

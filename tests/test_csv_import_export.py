@@ -170,14 +170,15 @@ def test_import_prints_a_readable_report_and_running_it_again_creates_nothing(cl
     path = tmp_path / "small.csv"
     write_csv(path, ["first_name", "phone", "email", "source", "family_size"],
               [["Asha", "98765 43210", "", "website", "3"], ["Ravi", "", "RAVI@x.test", "", ""],
-               ["Bad", "123", "", "", ""], ["Asha again", "+919876543210", "", "", ""]])
+               ["Bad", "123", "", "Billboard", "many"], ["Asha again", "+919876543210", "", "", ""]])
     first = run_import(database_url, path, ws.public_id)
     assert first.exit_code == 1
     assert "4 rows, 2 created, 1 duplicates (not created), 1 failed" in first.stdout
     assert "row 5: duplicate of ld_" in first.stdout and "created from row 2 of this file" in first.stdout
     assert "row 4, phone: Enter a valid Indian mobile number" in first.stdout
+    assert "row 4, source: Unknown source 'Billboard'" in first.stdout and "row 4, custom_fields.family_size" in first.stdout
     again = json.loads(run_import(database_url, path, ws.public_id, "--json").stdout)
-    assert (again["created"], again["duplicates"], again["failed"]) == (0, 3, 1)
+    assert (again["created"], again["duplicates"], again["failed"], len(again["errors"])) == (0, 3, 1, 3)
     lead = client.get("/api/v1/leads?filter[source]=" + ",".join(
         s["id"] for s in client.get("/api/v1/sources", headers=ws.headers()).json["data"]), headers=ws.headers())
     assert [row["contact"]["phone"] for row in lead.json["data"]] == ["+919876543210"]
