@@ -78,6 +78,8 @@ class RequestIdFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id and any `extra` fields."""
 
+    converter = time.gmtime   # times in UTC, as the API's
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
@@ -90,9 +92,6 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
-
-
-JsonFormatter.converter = time.gmtime
 
 
 class TextFormatter(logging.Formatter):
