@@ -19,6 +19,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# dist/leadsvc.pyz: one file that runs with any Python 3.11+ (see docs/deploy.md).
+dist: $(STAMP)
+	$(BIN)/python tools/build_pyz.py --output dist/leadsvc.pyz
+
 openapi: $(STAMP)
 	@mkdir -p schemas
 	$(BIN)/leadsvc openapi --output schemas/openapi.json

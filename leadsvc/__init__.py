@@ -8,7 +8,7 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import db, docs, forms, health, leads, limits, observability, reference, reports, timeline
+from . import db, docs, export, forms, health, leads, limits, metrics, observability, reference, reports, timeline
 from .config import load_settings
 from .problems import ProblemApi
 
@@ -51,15 +51,18 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                                      PackageLoader("flask_smorest", "spec/templates")])
     db.init_app(app)
     observability.init_app(app)
+    metrics.init_app(app)
     api = ProblemApi(app)
     for blueprint in (health.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
         api.register_blueprint(blueprint)
+    api.register_blueprint(export.blp)
     app.register_blueprint(docs.blp)
     app.view_functions["api-docs.openapi_json"] = docs.served_openapi_json
     app.extensions["leadsvc.api"] = api
     limiter = limits.init_app(app)
     for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):
         limiter.exempt(probe_or_docs)
+    limiter.exempt(metrics.blp)
     # Web-form submissions also count per client IP against their own, lower limit.
     limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
     return app

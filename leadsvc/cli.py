@@ -1,18 +1,21 @@
-"""The `leadsvc` command: serve, migrate, setup, demo, tokens, openapi, check."""
+"""The `leadsvc` command: serve, migrate, setup, demo, tokens, import, openapi, check."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import sys
 from importlib import resources
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
+import peewee as pw
 from flask import Flask
 
-from . import create_app
-from .config import ConfigError
+from . import __version__, create_app
+from .config import ConfigError, config_path
 from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
@@ -35,7 +38,11 @@ def _migrated_app(ctx: click.Context) -> Flask:
     except UNAVAILABLE_ERRORS as exc:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "
-            f"{reason(exc)} Check database.url.") from None
+            f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
+    except pw.ImproperlyConfigured:
+        raise click.ClickException(
+            f"database.url is {redact(app.config['LEADSVC']['database']['url'])}, but this Python cannot import "
+            f"psycopg: install it into the Python that runs leadsvc (pip install 'psycopg[binary]').") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -51,9 +58,8 @@ def redact(url: str) -> str:
 
 
 def reason(exc: BaseException) -> str:
-    """A driver's error message on one line, ending as a sentence."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if text.endswith((".", "?", "!")) else text + "."
+    """An exception's message on one line, for sentences that go on after it."""
+    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
 
 
 def _print_json(data: dict) -> None:
@@ -75,33 +81,20 @@ def cli(ctx: click.Context, config_file: str | None) -> None:
 @click.option("--port", type=int, help="Port to listen on (default: server.port).")
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
-    """Migrate if needed, then serve the API with waitress."""
-    from waitress.server import create_server
+    """Migrate if needed, then serve the API with waitress (SIGTERM stops it gracefully)."""
+    from .observability import configure_logging
+    from .serving import CannotListen, serve as serve_app
 
+    app = _app(ctx)
+    configure_logging(app.config["LEADSVC"]["logging"])
     app = _migrated_app(ctx)
-    # Errors are logged with their request id, so an operator can find what a client reports.
-    logging.basicConfig(level=app.config["LEADSVC"]["logging"]["level"].upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = app.config["LEADSVC"]["server"]
-    host, port = host or server["host"], port or server["port"]
-    options = {}
-    if server["trusted_proxy"]:
-        options = {"trusted_proxy": server["trusted_proxy"], "trusted_proxy_count": server["trusted_proxy_count"],
-                   "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
-                   "clear_untrusted_proxy_headers": True}
+    logging.getLogger("leadsvc").info(
+        "leadsvc %s, database %s, docs at /docs", __version__, redact(app.config["LEADSVC"]["database"]["url"]))
     try:
-        listener = create_server(
-            app, host=host, port=port, threads=server["threads"], ident="leadsvc",
-            connection_limit=server["connection_limit"], channel_timeout=server["channel_timeout"],
-            # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
-            max_request_body_size=app.config["MAX_CONTENT_LENGTH"] * 16, **options,
-        )
-    except OSError as exc:   # the port is taken, or the address is not this machine's
-        raise click.ClickException(f"Cannot listen on {host}:{port}: {exc.strerror or exc}. "
-                                   f"Choose another with --port or LEADSVC_SERVER_PORT.") from None
-    click.echo(f"leadsvc serving on http://{host}:{port} (docs at /docs, database "
-               f"{redact(app.config['LEADSVC']['database']['url'])})", err=True)
-    listener.run()
+        serve_app(app, host or server["host"], port or server["port"])
+    except CannotListen as exc:
+        raise click.ClickException(f"{exc} Choose another with --port or LEADSVC_SERVER_PORT.") from None
 
 
 @cli.command()
@@ -265,20 +258,125 @@ def openapi(ctx: click.Context, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
+@cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts and every error as one JSON object.")
+@click.pass_context
+def import_leads(ctx: click.Context, file: str, workspace_id: str, as_json: bool) -> None:
+    """Create leads from a CSV file through the API's create path.
+
+    Columns: first_name, last_name, phone, email, source (name or src_ id), estimated_value, and
+    custom fields by name. Each row is its own transaction; duplicates are reported, never created
+    twice. Exits 1 when some rows failed (the others are imported).
+    """
+    from .csv_import import ImportFileError, count_rows, import_csv
+    from .models import Workspace
+
+    app = _migrated_app(ctx)
+    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
+    if workspace is None:
+        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+    try:
+        with open(file, newline="", encoding="utf-8-sig") as fh:
+            total = count_rows(fh)
+        with (open(file, newline="", encoding="utf-8-sig") as fh,
+              click.progressbar(length=total, label=f"Importing {total} rows", file=sys.stderr) as bar):
+            report = import_csv(fh, workspace, app.config["LEADSVC"], progress=bar.update)
+    except ImportFileError as exc:
+        raise click.ClickException(f"{file}: {exc} Nothing was imported.") from None
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{file} is not UTF-8 text; save it as \"CSV UTF-8\". Nothing was imported.") from None
+    except csv.Error as exc:
+        raise click.ClickException(f"{file} is not a readable CSV file: {exc}.") from None
+    except UNAVAILABLE_ERRORS as exc:
+        raise click.ClickException(
+            f"The database stopped answering ({str(exc).strip() or type(exc).__name__}). The rows before it "
+            f"are imported; run the same command again: those come back as duplicates, never twice.") from None
+    if as_json:
+        _print_json(report.as_json())
+    else:
+        summary = report.as_json()
+        click.echo(f"{file} -> {report.workspace}: {summary['rows']} rows, {summary['created']} created, "
+                   f"{summary['duplicates']} duplicates (not created), {summary['failed']} failed.")
+        for dup in report.duplicates:
+            origin = f"created from row {dup['first_row']} of this file" if dup["first_row"] else "already there"
+            click.echo(f"  row {dup['row']}: duplicate of {dup['lead']} ({', '.join(dup['matched_on'])}), {origin}")
+        for error in report.errors:
+            click.echo(f"  row {error['row']}, {error['field']}: {error['message']}")
+    if report.failed_rows:
+        ctx.exit(1)
+
+
 @cli.command()
 @click.pass_context
 def check(ctx: click.Context) -> None:
-    """Validate the configuration and the database connection; say what is wrong."""
+    """Validate the configuration, the database and Redis; list every problem and how to fix it."""
     app = _app(ctx)
-    url = redact(app.config["LEADSVC"]["database"]["url"])
+    settings = app.config["LEADSVC"]
+    source = config_path(ctx.obj["config_file"])
+    problems = []
+    facts = [f"configuration is valid ({f'file {source}' if source else 'no config file: built-in defaults'}"
+             f" and LEADSVC_* variables)"]
+    url = redact(settings["database"]["url"])
+    sqlite_file = Path(unquote(url.removeprefix("sqlite:///"))) if url.startswith("sqlite:///") else None
+    if sqlite_file and not sqlite_file.is_file():
+        problems.append(f"The SQLite database {sqlite_file.resolve()} does not exist yet: run `leadsvc migrate` "
+                        f"(or `leadsvc serve`) to create it, or fix database.url.")
+    else:
+        problems += database_problems(url)
+        if not problems:
+            facts.append(f"database {url} answers and its schema is up to date")
+    storage = settings["rate_limits"]["storage"]
+    if storage.startswith(("redis://", "rediss://", "unix://")):
+        problem = redis_problem(storage)
+        if problem:
+            problems.append(problem)
+        else:
+            facts.append(f"Redis at {redact(storage)} answers: rate limits are shared by every process using it")
+    elif storage.startswith("memory://"):
+        facts.append("rate limits are counted in this process (memory://); when several processes serve, "
+                     "set rate_limits.storage to a redis:// URL")
+    if settings["server"]["trusted_proxy"]:
+        facts.append(f"X-Forwarded-* headers are believed only from {settings['server']['trusted_proxy']}")
+    for fact in facts:
+        click.echo(f"ok: {fact}")
+    if problems:
+        for problem in problems:
+            click.echo(f"problem: {problem}", err=True)
+        ctx.exit(1)
+
+
+def database_problems(url: str) -> list[str]:
+    """What is wrong with the configured database: unreachable, no driver, or not migrated."""
     try:
         ping()
         pending = pending_migrations()
-    except UNAVAILABLE_ERRORS as exc:
-        raise click.ClickException(f"Database {url} is not reachable: {reason(exc)}") from None
+    except pw.ImproperlyConfigured:
+        return [f"database.url is {url}, but this Python cannot import psycopg: install it into the Python "
+                f"that runs leadsvc (pip install 'psycopg[binary]')."]
+    except (*UNAVAILABLE_ERRORS, RuntimeError) as exc:
+        return [f"Database {url} does not answer: {reason(exc)}. Check database.url (or LEADSVC_DATABASE_URL) "
+                f"and that the server runs and accepts this user."]
     if pending:
-        raise click.ClickException(f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate`.")
-    click.echo(f"Configuration is valid; database {url} answers and is up to date.")
+        return [f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate` "
+                f"(`leadsvc serve` also migrates when it starts)."]
+    return []
+
+
+def redis_problem(url: str) -> str | None:
+    """What is wrong with the Redis at url, or None when it answers."""
+    try:
+        import redis
+    except ImportError:
+        return ("rate_limits.storage is Redis, but the redis package is not installed: "
+                "pip install 'leadsvc[redis]' (or 'redis<8').")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return (f"Redis at {redact(url)} (rate_limits.storage) does not answer: {reason(exc)}. Start Redis or fix the URL; "
+                f"until then each process counts its own limits.")
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:

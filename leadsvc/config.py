@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -23,6 +24,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "channel_timeout": 60,
         "trusted_proxy": "",
         "trusted_proxy_count": 1,
+        "shutdown_timeout": 30,
     },
     "database": {
         "url": "sqlite:///var/leadsvc.sqlite3",
@@ -47,11 +49,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "logging": {
         "level": "INFO",
+        "format": "text",
+        "access_log": True,
+    },
+    "metrics": {
+        "enabled": True,
+        "allow_from": "127.0.0.0/8,::1",
     },
 }
 
 Settings = dict[str, dict[str, Any]]
-
+LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -99,6 +107,11 @@ def load_settings(
 def settings() -> Settings:
     """The settings of the running app."""
     return current_app.config["LEADSVC"]
+
+
+def networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of addresses or networks ("127.0.0.0/8,::1"); "" is none."""
+    return [ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip()]
 
 
 def _merge(settings: Settings, data: Mapping[str, Any], origin: str) -> None:
@@ -165,6 +178,12 @@ def _check(settings: Settings) -> None:
     if settings["logging"]["level"].upper() not in LOG_LEVELS:
         raise ConfigError(f"logging.level must be one of {', '.join(LOG_LEVELS)}, "
                           f"not {settings['logging']['level']!r}.")
+    if settings["logging"]["format"] not in LOG_FORMATS:
+        raise ConfigError(f"logging.format must be one of {', '.join(LOG_FORMATS)}, not {settings['logging']['format']!r}.")
+    try:
+        networks(settings["metrics"]["allow_from"])
+    except ValueError as exc:
+        raise ConfigError(f"metrics.allow_from: {exc}; use addresses or networks like 10.0.0.0/8, comma-separated.") from None
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

@@ -1,19 +1,37 @@
-"""Request ids: echoed when the client sent a sane one, generated otherwise, on every response."""
+"""Request ids, the access log and log formatting.
+
+Every response carries `X-Request-ID` (echoed when the client sent a sane one, generated
+otherwise), and every log record made while a request runs carries it too. The library never
+installs log handlers: `leadsvc serve` calls `configure_logging`, and an app that embeds the
+service keeps its own handlers, to which the `leadsvc` logger propagates.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import sys
+import time
 import uuid
+from typing import Any, Mapping
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, g, has_request_context, request
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
+
+log = logging.getLogger("leadsvc")
+access_log = logging.getLogger("leadsvc.access")
+
+# The attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
 def init_app(app: Flask) -> None:
     @app.before_request
     def assign_request_id() -> None:
+        g.request_started = time.perf_counter()
         sent = request.headers.get(REQUEST_ID_HEADER, "")
         g.request_id = sent if _SANE_REQUEST_ID.match(sent) else uuid.uuid4().hex
 
@@ -21,3 +39,82 @@ def init_app(app: Flask) -> None:
     def echo_request_id(response: Response) -> Response:
         response.headers[REQUEST_ID_HEADER] = g.get("request_id") or uuid.uuid4().hex
         return response
+
+    if app.config["LEADSVC"]["logging"]["access_log"]:
+        # Registered first, so it runs last of the after_request hooks and sees the final status.
+        app.after_request_funcs.setdefault(None, []).insert(0, _log_access)
+
+
+def request_route() -> str:
+    """The route template of the current request (`/api/v1/leads/<public_id>`), never its values."""
+    rule = request.url_rule
+    return rule.rule if rule is not None else "(unmatched)"
+
+
+def _log_access(response: Response) -> Response:
+    started = g.get("request_started")
+    caller = g.get("caller")   # only if the request authenticated: never look a token up here
+    access_log.info(
+        "%s %s %s", request.method, request.path, response.status_code,
+        extra={"request_id": g.get("request_id"), "method": request.method, "path": request.path,
+               "route": request_route(), "status": response.status_code,
+               "duration_ms": round((time.perf_counter() - started) * 1000, 2) if started else None,
+               "remote_addr": request.remote_addr,
+               # the token's public id (tok_...), never its secret or the Authorization header
+               "token_id": caller.token.public_id if caller else None},
+    )
+    return response
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds the current request's id to records logged while a request runs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None and has_request_context():
+            record.request_id = g.get("request_id")
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request_id and any `extra` fields."""
+
+    converter = time.gmtime   # times in UTC, as the API's
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({key: value for key, value in vars(record).items()
+                      if key not in _RECORD_ATTRIBUTES and value is not None})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """A readable line, with the request id when there is one."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        return f"{line} [{request_id}]" if request_id else line
+
+
+def configure_logging(settings: Mapping[str, Any], stream: Any = None) -> logging.Handler:
+    """For `leadsvc serve` and the other commands: one handler on the root logger (waitress logs too)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if settings["format"] == "json" else TextFormatter())
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "leadsvc", False)]:
+        root.removeHandler(old)
+    handler.leadsvc = True
+    root.addHandler(handler)
+    root.setLevel(settings["level"].upper())
+    return handler

@@ -38,6 +38,7 @@ class Actor:
     request_id: str | None = None
     lead_scope: pw.Expression | None = None
     member_scope: pw.Expression | None = None
+    via: str | None = None   # how a lead came in, for its `created` activity: api (default), form, import
 
     def columns(self) -> dict[str, Any]:
         return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
@@ -235,7 +236,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             return _duplicate(existing, matched_on, data, actor)
         Transition.create(workspace=workspace.id, lead=lead, from_status=None, to_status=status, at=now,
                           **actor.columns())
-        _activity(lead, actor, "created", "Lead created.", {"via": "form" if actor.form else "api"})
+        _activity(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")})
         _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
         recorded = {name: plain(value) for name, value in
                     (("first_name", lead.first_name), ("last_name", lead.last_name), ("phone", phone),

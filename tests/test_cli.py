@@ -238,16 +238,21 @@ def test_openapi_output_writes_a_file(run_cli, tmp_path):
 
 
 def test_check_passes_on_a_migrated_database(run_cli):
-    assert "Configuration is valid" in ok(run_cli("check")).stdout
+    output = ok(run_cli("check")).stdout
+    assert "ok: configuration is valid" in output and "up to date" in output
 
 
 def test_check_fails_on_an_unreachable_postgresql(run_cli):
     failed(run_cli("check", env={"LEADSVC_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/leadsvc",
                                  "LEADSVC_DATABASE_POOL_TIMEOUT": "1"}),
-           "postgresql://postgres@127.0.0.1:1/leadsvc is not reachable")
+           "postgresql://postgres@127.0.0.1:1/leadsvc does not answer")
 
 
 def test_check_fails_on_an_unmigrated_database(run_cli, tmp_path):
+    failed(run_cli("check", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/missing.sqlite3"}),
+           "does not exist yet", "leadsvc migrate")
+    import sqlite3
+    sqlite3.connect(tmp_path / "empty.sqlite3").execute("CREATE TABLE unrelated (x)").connection.close()
     failed(run_cli("check", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/empty.sqlite3"}),
            "needs migrations", "leadsvc migrate")
 
@@ -283,7 +288,7 @@ def test_serve_on_a_taken_port_says_so(run_cli):
 def test_config_option_reads_that_file(run_cli, tmp_path, database_url):
     config = tmp_path / "leadsvc.toml"
     config.write_text(f'[database]\nurl = "{database_url}"\n\n[scoring]\nhot = 80\n')
-    assert "Configuration is valid" in ok(run_cli("--config", str(config), "check",
+    assert "ok: configuration is valid" in ok(run_cli("--config", str(config), "check",
                                                   env={"LEADSVC_DATABASE_URL": None})).stdout
 
 

@@ -76,8 +76,9 @@ def test_environment_beats_the_file_and_explicit_overrides_beat_both(tmp_path):
     assert settings["server"]["port"] == 1002 and settings["server"]["threads"] == 6
 
 
-VALID_STRINGS = {"level": "DEBUG", "docs_url": "https://docs.example.com/leadsvc", "per_token": "5/second", "per_ip": "1/second", "forms": "2 per hour",
-                 "storage": "redis://127.0.0.1:6379/0", "url": "postgresql://app@db.internal:5432/leadsvc"}
+VALID_STRINGS = {"level": "DEBUG", "docs_url": "https://docs.example.com/leadsvc", "per_token": "5/second",
+                 "per_ip": "1/second", "forms": "2 per hour", "storage": "redis://127.0.0.1:6379/0",
+                 "url": "postgresql://app@db.internal:5432/leadsvc", "format": "json", "allow_from": "10.0.0.0/8"}
 
 
 def changed(key, value):

@@ -1,0 +1,189 @@
+"""`leadsvc import FILE.csv`: leads from a spreadsheet, through the same create path as the API.
+
+Each row is read like an API body (LeadCreateSchema), then created by pipeline.create_lead with
+a system actor, so validation, duplicate detection, routing, scoring and audit are the API's.
+Each row is its own transaction: a bad row is reported and the others go in. A row whose phone
+or e-mail matches a lead (one already there, or one an earlier row created) creates nothing and
+is reported as a duplicate, so running the same file again creates nothing twice.
+
+Columns: first_name, last_name, phone, email, source (a name or a src_ id), estimated_value, and
+one column per custom field, named by the field. The columns an export adds (id, status, owner,
+score, ...) are ignored, so an export imports as it is; any other column is an error.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, TextIO
+
+import marshmallow as ma
+
+from . import pipeline
+from .documents import Refs
+from .export import COLUMNS as EXPORT_COLUMNS
+from .export import FORMULA_STARTS
+from .models import Workspace
+from .problems import Problem, flatten_messages
+from .schemas import LeadCreateSchema
+
+CONTACT_COLUMNS = ("first_name", "last_name", "phone", "email", "source", "estimated_value")
+IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS)
+TRUE_WORDS = ("true", "yes", "y", "1")
+FALSE_WORDS = ("false", "no", "n", "0")
+AMOUNT = re.compile(r"^\d[\d,]*(\.\d+)?$")   # 250000, 2,50,000.50 (any digit grouping)
+
+
+class ImportFileError(Exception):
+    """A file that cannot be imported at all (its header); nothing was imported."""
+
+
+@dataclass
+class ImportReport:
+    workspace: str
+    rows: int = 0
+    created: int = 0
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)   # {"row", "field", "message"}
+    failed_rows: set[int] = field(default_factory=set)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"workspace": self.workspace, "rows": self.rows, "created": self.created,
+                "duplicates": len(self.duplicates), "failed": len(self.failed_rows),
+                "errors": self.errors, "duplicate_rows": self.duplicates}
+
+    def fail(self, row: int, messages: dict[str, list[str]]) -> None:
+        self.failed_rows.add(row)
+        for name, texts in messages.items():
+            self.errors.extend({"row": row, "field": name, "message": text} for text in texts)
+
+
+def count_rows(stream: TextIO) -> int:
+    """Data rows in a CSV file (after its header), for the progress bar."""
+    return max(0, sum(1 for _ in csv.reader(stream)) - 1)
+
+
+def check_header(header: list[str] | None, refs: Refs) -> list[str]:
+    """The column names, or ImportFileError naming the ones that are unknown or repeated."""
+    if not header:
+        raise ImportFileError("The file is empty; the first row must name the columns.")
+    columns = [name.strip().lower() for name in header]
+    known = set(CONTACT_COLUMNS) | set(refs.custom_fields) | IGNORED_COLUMNS
+    unknown = [name for name in columns if name not in known]
+    if unknown:
+        raise ImportFileError(
+            f"Unknown columns: {', '.join(unknown) or '(empty)'}. Use {', '.join(CONTACT_COLUMNS)} and the "
+            f"custom fields ({', '.join(sorted(refs.custom_fields)) or 'none defined'}).")
+    repeated = sorted({name for name in columns if columns.count(name) > 1})
+    if repeated:
+        raise ImportFileError(f"Columns named more than once: {', '.join(repeated)}.")
+    if "phone" not in columns and "email" not in columns:
+        raise ImportFileError("The file needs a phone or an email column (or both).")
+    return columns
+
+
+def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
+               progress: Callable[[int], None] | None = None) -> ImportReport:
+    """Create a lead from each row; returns what was created, the duplicates and each row's errors."""
+    refs = Refs.load(workspace, settings)
+    reader = csv.reader(stream)
+    columns = check_header(next(reader, None), refs)
+    actor = pipeline.Actor(workspace=workspace, request_id=f"import-{uuid.uuid4().hex[:16]}", via="import")
+    schema = LeadCreateSchema()
+    report = ImportReport(workspace=workspace.public_id)
+    created_by_row: dict[str, int] = {}   # lead id -> the row of this file that created it
+    for row, cells in enumerate(reader, start=2):   # row 1 is the header, as a spreadsheet counts
+        if progress:
+            progress(1)
+        if not any(cell.strip() for cell in cells):
+            continue   # a blank line is not a lead
+        report.rows += 1
+        if len(cells) > len(columns):
+            report.fail(row, {"row": [f"{len(cells)} cells, but the header names {len(columns)} columns."]})
+            continue
+        body, problems = row_body(dict(zip(columns, cells)), refs)
+        try:
+            data = schema.load(body)
+        except ma.ValidationError as exc:
+            problems.update(flatten_messages(exc.messages))
+        if problems:   # every problem of the row at once, not one per run
+            report.fail(row, problems)
+            continue
+        try:
+            created = pipeline.create_lead(data, actor, refs)
+        except Problem as exc:
+            report.fail(row, exc.errors or {"row": [exc.detail or exc.code]})
+            continue
+        lead_id = created.lead.public_id
+        if created.duplicate:
+            report.duplicates.append({"row": row, "lead": lead_id, "matched_on": created.matched_on,
+                                      "first_row": created_by_row.get(lead_id)})
+        else:
+            report.created += 1
+            created_by_row[lead_id] = row
+    return report
+
+
+def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """A create body from a row's text cells, and what could not be read (by column)."""
+    body: dict[str, Any] = {}
+    custom: dict[str, Any] = {}
+    problems: dict[str, list[str]] = {}
+    for name, raw in cells.items():
+        text = _unescape(raw.strip())
+        if not text or name in IGNORED_COLUMNS:
+            continue
+        try:
+            if name in ("first_name", "last_name", "phone", "email"):
+                body[name] = text
+            elif name == "source":
+                body["source"] = _source_id(text, refs)
+            elif name == "estimated_value":
+                body["estimated_value"] = _amount(text)
+            else:
+                custom[name] = _custom_value(text, refs.custom_fields[name].type)
+        except ValueError as exc:
+            problems[name if name in CONTACT_COLUMNS else f"custom_fields.{name}"] = [str(exc)]
+    if custom:
+        body["custom_fields"] = custom
+    return body, problems
+
+
+def _unescape(text: str) -> str:
+    """Undo an export's formula guard ('=...), so a round trip keeps the text as it was."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(FORMULA_STARTS) else text
+
+
+def _source_id(text: str, refs: Refs) -> str:
+    """A source by its id or, as people write it, by its name (any case)."""
+    for source in refs.sources.values():
+        if text == source.public_id or text.casefold() == source.name.casefold():
+            return source.public_id
+    names = ", ".join(sorted(s.name for s in refs.sources.values())) or "none defined"
+    raise ValueError(f"Unknown source {text!r}; use one of: {names} (or its src_ id).")
+
+
+def _amount(text: str) -> float:
+    cleaned = text.replace(" ", "")
+    if not AMOUNT.match(cleaned):
+        raise ValueError(f"{text!r} is not an amount; write digits, e.g. 250000 or 2,50,000.50.")
+    return float(cleaned.replace(",", ""))
+
+
+def _custom_value(text: str, kind: str) -> Any:
+    """The JSON value a custom field's cell stands for; the field's own checks run in the pipeline."""
+    if kind == "number":
+        try:
+            number = float(text.replace(",", ""))
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number.") from None
+        return int(number) if number.is_integer() and "." not in text else number
+    if kind == "boolean":
+        if text.lower() in TRUE_WORDS:
+            return True
+        if text.lower() in FALSE_WORDS:
+            return False
+        raise ValueError(f"{text!r} is not yes or no (true/false, 1/0 also work).")
+    return text

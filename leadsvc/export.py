@@ -1,0 +1,126 @@
+"""GET /api/v1/leads/export.csv: the caller's leads as CSV, streamed in keyset chunks.
+
+The rows are the caller's scope (visible_leads) narrowed by the list's filters, read a chunk at a
+time on the list's keyset order, so an export of any size holds one chunk in memory. Free-text
+cells that a spreadsheet would run as a formula are defused with a leading apostrophe.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import date
+from typing import Any, Iterator
+
+import marshmallow as ma
+from flask import Response, request, stream_with_context
+from flask.views import MethodView
+
+from .auth import requires, visible_leads
+from .config import settings
+from .documents import Refs, request_refs
+from .extensions import Blueprint
+from .listing import SORTS, LeadFilterQuery, filter_leads, unknown_filters
+from .models import Lead
+from .schemas import rfc3339
+from .scoring import band
+
+blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",
+                description="The caller's leads as a CSV file.")
+
+CHUNK = 500
+# The import's columns first, so an export can be imported into another workspace as it is.
+COLUMNS = ("id", "first_name", "last_name", "phone", "email", "source", "estimated_value", "currency",
+           "status", "owner", "owner_email", "team", "score", "score_band", "created_at", "updated_at",
+           "status_changed_at", "last_activity_at")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+class ExportQuery(LeadFilterQuery):
+    sort = ma.fields.String(load_default="-created_at", validate=ma.validate.OneOf(list(SORTS)),
+                            metadata={"description": "The list's sorts; ties are broken by the lead's id."})
+
+
+CSV_RESPONSE = {"type": "string", "description": "A header row, then one row per lead. Custom fields follow "
+                                                 "the fixed columns, one column each, named by the field."}
+
+
+@blp.route("/export.csv")
+class LeadExport(MethodView):
+    @requires("leads:read")
+    @blp.arguments(ExportQuery, location="query")
+    @blp.response(200, CSV_RESPONSE, content_type="text/csv",
+                  description="The leads in the caller's scope that match the filters, as CSV (UTF-8). "
+                              "An unknown filter[...] gives only the header row, and names the key in "
+                              "X-Unknown-Filters.",
+                  headers={"Content-Disposition": {"schema": {"type": "string"}},
+                           "X-Unknown-Filters": {"schema": {"type": "string"},
+                                                 "description": "filter[...] keys the service does not know."}})
+    def get(self, params):
+        """Export the leads in the caller's scope as CSV, with the list's filters"""
+        refs = request_refs()
+        unknown = unknown_filters(request.args)
+        filters = {key: value for key, value in params.items() if key != "sort"}
+        query = None if unknown else filter_leads(visible_leads(), filters, refs, settings())
+        response = Response(stream_with_context(csv_rows(query, params["sort"], refs)), mimetype="text/csv")
+        response.headers["Content-Disposition"] = f'attachment; filename="leads-{date.today().isoformat()}.csv"'
+        if unknown:
+            response.headers["X-Unknown-Filters"] = ",".join(unknown)
+        return response
+
+
+def csv_rows(query: Any, sort: str, refs: Refs) -> Iterator[str]:
+    """The header, then the query's leads a chunk at a time (None: the header alone)."""
+    fields = [f.name for f in sorted(refs.custom_fields.values(), key=lambda f: (f.position, f.name))]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow([*COLUMNS, *(safe_cell(name) for name in fields)])
+    yield _drain(buffer)
+    if query is None:
+        return
+    order = SORTS[sort]
+    after = None
+    while True:
+        rows = list(order.apply(query, after).limit(CHUNK))
+        for lead in rows:
+            writer.writerow(lead_row(lead, refs, fields))
+        yield _drain(buffer)
+        if len(rows) < CHUNK:
+            return
+        after = order.position(rows[-1])
+
+
+def _drain(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    buffer.seek(0)
+    buffer.truncate()
+    return text
+
+
+def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
+    source, owner = refs.sources.get(lead.source_id), refs.members.get(lead.owner_id)
+    team = refs.teams.get(lead.team_id)
+    status = refs.statuses[lead.status_id]
+    custom = lead.custom_fields or {}
+    # The phone is E.164 checked on the way in (a + and digits): it stays as it is.
+    return [lead.public_id, safe_cell(lead.first_name), safe_cell(lead.last_name), lead.phone or "",
+            safe_cell(lead.email or ""), safe_cell(source.name) if source else "",
+            "" if lead.estimated_value is None else f"{lead.estimated_value:.2f}", refs.workspace.currency,
+            safe_cell(status.name), safe_cell(owner.name) if owner else "", safe_cell(owner.email) if owner else "",
+            safe_cell(team.name) if team else "", lead.score, band(lead.score, refs.settings),
+            rfc3339(lead.created_at), rfc3339(lead.updated_at), rfc3339(lead.status_changed_at),
+            rfc3339(lead.last_activity_at) or "",
+            *(_custom_cell(custom.get(name)) for name in fields)]
+
+
+def _custom_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return safe_cell(value) if isinstance(value, str) else value
+
+
+def safe_cell(text: str) -> str:
+    """Text a spreadsheet would run as a formula (=, +, -, @ first), prefixed with an apostrophe."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text

@@ -1,0 +1,95 @@
+"""Acceptance: two `leadsvc serve` processes on one PostgreSQL and one Redis act as one service."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from conftest import ON_CI, create_postgres_database, drop_postgres_database
+from processes import SETUP_TOML, call, clean_env, free_port, stop, wait_until_serving
+
+REDIS_URL = os.environ.get("LEADSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+PER_TOKEN = 5   # requests per minute per token, across both processes
+
+
+@pytest.fixture
+def redis_url():
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        if ON_CI:
+            pytest.fail(f"Redis at {REDIS_URL} is unreachable: {exc} (CI=true requires it)", pytrace=False)
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
+    return REDIS_URL
+
+
+@pytest.fixture
+def two_processes(postgres_server, redis_url, tmp_path):
+    """Processes A and B on a fresh PostgreSQL database and the shared Redis; yields (bases, env, cwd)."""
+    url = create_postgres_database(postgres_server)
+    # Limits are kept per token public id (random per run), so parallel runs never share a key.
+    env = clean_env(LEADSVC_DATABASE_URL=url, LEADSVC_RATE_LIMITS_STORAGE=redis_url,
+                    LEADSVC_RATE_LIMITS_PER_TOKEN=f"{PER_TOKEN}/minute", LEADSVC_SERVER_THREADS="4")
+    (tmp_path / "setup.toml").write_text(SETUP_TOML)
+    processes, logs = [], []
+    try:
+        ids = json.loads(leadsvc(env, tmp_path, "setup", "setup.toml", "--json"))
+        for name in ("a", "b"):
+            port = free_port()
+            logs.append((tmp_path / f"{name}.log").open("w"))
+            processes.append((subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(port)],
+                                               env=env, cwd=tmp_path, stdout=logs[-1], stderr=subprocess.STDOUT),
+                              f"http://127.0.0.1:{port}"))
+        for process, base in processes:
+            wait_until_serving(process, base)
+        yield [base for _, base in processes], ids, (env, tmp_path)
+        assert [stop(process) for process, _ in processes] == [0, 0], "both stop gracefully"
+    finally:
+        for process, _ in processes:
+            stop(process)
+        for log in logs:
+            log.close()
+        drop_postgres_database(url)
+
+
+def leadsvc(env, cwd, *args):
+    result = subprocess.run([sys.executable, "-m", "leadsvc.cli", *args], env=env, cwd=cwd, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def new_token(ids, env_cwd):
+    return json.loads(leadsvc(*env_cwd, "tokens", "create", "--member", ids["members"]["admin@t.test"],
+                              "--abilities", "*", "--json"))["token"]
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_tokens_rate_limit_and_one_round_robin(two_processes):
+    (a, b), ids, env_cwd = two_processes
+
+    # 3 requests to A and 3 to B with one token: together one over the limit of 5.
+    token = new_token(ids, env_cwd)
+    statuses = [call("GET", f"{base}/api/v1/statuses", token)[0] for base in (a, b, a, b, a, b)]
+    assert sorted(statuses) == [200] * PER_TOKEN + [429]
+    assert statuses[-1] == 429
+
+    # Creates alternating between the processes go round the three agents in turn.
+    owners = []
+    for batch in range(3):   # three tokens, so the limit of 5 is never reached
+        token = new_token(ids, env_cwd)
+        for i in range(3):
+            n = batch * 3 + i
+            status, body = call("POST", f"{(a, b)[n % 2]}/api/v1/leads", token, {"phone": f"+91987650{n:04d}"})
+            assert status == 201, body
+            owners.append(body["data"]["owner"]["id"])
+    agents = [ids["members"][email] for email in ("n1@t.test", "n2@t.test", "s1@t.test")]
+    assert Counter(owners) == {agent: 3 for agent in agents}
+    assert all(owners[i] == owners[i % 3] for i in range(len(owners))), "a strict rotation, not two interleaved ones"

@@ -1,0 +1,181 @@
+"""What operators rely on: /metrics, access and JSON logs, `leadsvc check`, graceful shutdown."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from leadsvc.cli import cli
+from leadsvc.observability import configure_logging
+from processes import DEADLINE, call, clean_env, free_port, refuses_connections, stop, wait_until_serving
+
+FORGED = "Bearer lsk_" + "A" * 40
+
+
+def scrape(client, addr="127.0.0.1"):
+    response = client.get("/metrics", environ_base={"REMOTE_ADDR": addr})
+    return response, response.get_data(as_text=True)
+
+
+def test_metrics_count_requests_by_route_template_and_status_with_a_latency_histogram(make_app, ws):
+    client = make_app().test_client()
+    client.get("/api/v1/leads/ld_00000000000000000000", headers=ws.headers())
+    client.get("/api/v1/leads", headers=ws.headers())
+    client.get("/healthz")
+    response, text = scrape(client)
+    assert response.status_code == 200 and response.mimetype == "text/plain"
+    assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads/<public_id>",status="404"} 1' in text
+    assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads",status="200"} 1' in text
+    assert 'leadsvc_http_request_duration_seconds_bucket{route="/healthz",le="+Inf"} 1' in text
+    assert 'leadsvc_http_request_duration_seconds_count{route="/api/v1/leads"} 1' in text
+    assert "leadsvc_database_errors_total 0" in text
+    assert "ld_0000" not in text, "route templates, never the values in them"
+
+
+def test_metrics_answer_only_the_allowed_addresses(make_app):
+    client = make_app().test_client()
+    response, _ = scrape(client, "203.0.113.9")
+    assert response.status_code == 404 and response.json["code"] == "not_found"
+    assert scrape(client, "::1")[0].status_code == 200
+    opened = make_app(metrics={"allow_from": "203.0.113.0/24"}).test_client()
+    assert scrape(opened, "203.0.113.9")[0].status_code == 200
+    assert scrape(opened, "127.0.0.1")[0].status_code == 404
+
+
+def test_metrics_can_be_turned_off(make_app):
+    assert scrape(make_app(metrics={"enabled": False}).test_client())[0].status_code == 404
+
+
+def test_metrics_are_exempt_from_rate_limits(make_app):
+    client = make_app(rate_limits={"enabled": True, "per_ip": "1/minute"}).test_client()
+    responses = [scrape(client)[0] for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert "RateLimit-Limit" not in responses[0].headers
+
+
+def test_database_errors_are_counted(make_app):
+    app = make_app(database={"url": "postgresql://postgres@127.0.0.1:1/nowhere", "pool_timeout": 1})
+    client = app.test_client()
+    assert client.get("/api/v1/leads", headers={"Authorization": FORGED}).status_code == 503
+    assert "leadsvc_database_errors_total 1" in scrape(client)[1]
+
+
+def test_access_log_has_request_id_route_status_and_never_the_token(make_app, ws, caplog):
+    client = make_app().test_client()
+    secret = ws.token()
+    with caplog.at_level(logging.INFO, logger="leadsvc.access"):
+        client.get("/api/v1/leads", headers={"Authorization": f"Bearer {secret}", "X-Request-ID": "req-42"})
+    [record] = [r for r in caplog.records if r.name == "leadsvc.access"]
+    assert (record.request_id, record.route, record.status, record.method) == ("req-42", "/api/v1/leads", 200, "GET")
+    assert record.token_id.startswith("tok_") and record.duration_ms >= 0
+    line = caplog.text
+    assert secret not in line and "Authorization" not in line and secret not in json.dumps(vars(record), default=str)
+
+
+def test_json_logs_are_one_object_per_line_with_the_request_id(make_app, ws):
+    stream = io.StringIO()
+    handler = configure_logging({"level": "INFO", "format": "json"}, stream=stream)
+    try:
+        client = make_app().test_client()
+        client.get("/api/v1/leads", headers={**ws.headers(), "X-Request-ID": "json-line-1"})
+        client.get("/api/v1/leads", headers={"Authorization": FORGED})
+    finally:
+        logging.getLogger().removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    access = [line for line in lines if line["logger"] == "leadsvc.access"]
+    assert access[0]["request_id"] == "json-line-1" and access[0]["status"] == 200
+    assert access[1]["status"] == 401 and "token_id" not in access[1]
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    assert "lsk_" not in stream.getvalue()
+
+
+def test_access_log_can_be_turned_off(make_app, caplog):
+    client = make_app(logging={"access_log": False}).test_client()
+    with caplog.at_level(logging.INFO, logger="leadsvc.access"):
+        client.get("/healthz")
+    assert not [r for r in caplog.records if r.name == "leadsvc.access"]
+
+
+# --- leadsvc check ---------------------------------------------------------------------------
+
+def run_check(**env):
+    return CliRunner().invoke(cli, ["--config", os.devnull, "check"], env=env, catch_exceptions=False)
+
+
+def test_check_passes_on_a_migrated_database(app, database_url):
+    result = run_check(LEADSVC_DATABASE_URL=database_url)
+    assert result.exit_code == 0 and "schema is up to date" in result.stdout
+
+
+def test_check_names_every_problem_and_how_to_fix_it(tmp_path):
+    empty = tmp_path / "empty.sqlite3"
+    sqlite3.connect(empty).close()
+    result = run_check(LEADSVC_DATABASE_URL=f"sqlite:///{empty}", LEADSVC_RATE_LIMITS_STORAGE="redis://127.0.0.1:1/0")
+    assert result.exit_code == 1
+    assert "needs migrations (0001_initial, 0003_report_indexes): run `leadsvc migrate`" in result.stderr
+    assert "Redis at redis://127.0.0.1:1/0 (rate_limits.storage) does not answer" in result.stderr
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"LEADSVC_DATABASE_URL": "sqlite:///{tmp}/missing/x.sqlite3"}, "does not exist yet: run `leadsvc migrate`"),
+    ({"LEADSVC_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/x", "LEADSVC_DATABASE_POOL_TIMEOUT": "1"},
+     "Check database.url"),
+    ({"LEADSVC_SERVER_PORT": "eighty"}, "LEADSVC_SERVER_PORT must be a whole number"),
+    ({"LEADSVC_LOGGING_FORMAT": "xml"}, "logging.format must be one of text, json"),
+    ({"LEADSVC_METRICS_ALLOW_FROM": "10.0.0.0/33"}, "metrics.allow_from"),
+])
+def test_check_fails_with_a_message_that_says_what_to_fix(tmp_path, env, message):
+    result = run_check(**{key: value.format(tmp=tmp_path) for key, value in env.items()})
+    assert result.exit_code == 1 and message in result.stderr
+
+
+# --- graceful shutdown -----------------------------------------------------------------------
+
+SLOW_SERVER = textwrap.dedent("""\
+    import os, sys, time, pathlib
+    from leadsvc import create_app
+    from leadsvc.serving import serve
+    app = create_app({"database": {"url": sys.argv[1]}}, config_file=os.devnull)
+    @app.get("/slow")
+    def slow():
+        pathlib.Path(sys.argv[3]).write_text("started")
+        time.sleep(2)
+        return {"finished": True}
+    serve(app, "127.0.0.1", int(sys.argv[2]))
+""")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_accepting_finishes_requests_in_flight_and_exits_0(tmp_path):
+    port, marker = free_port(), tmp_path / "started"
+    process = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, f"sqlite:///{tmp_path}/x.sqlite3", str(port),
+                                str(marker)], env=clean_env(), cwd=tmp_path)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_serving(process, base)
+        answers = []
+        in_flight = threading.Thread(target=lambda: answers.append(call("GET", f"{base}/slow")))
+        in_flight.start()
+        deadline = time.monotonic() + DEADLINE
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.terminate()   # SIGTERM while /slow is running
+        while not refuses_connections(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refuses_connections(port), "no new connections after SIGTERM"
+        in_flight.join(DEADLINE)
+        assert answers == [(200, {"finished": True})], "the request in flight got its answer"
+        assert process.wait(DEADLINE) == 0
+    finally:
+        stop(process)
