@@ -8,7 +8,7 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import db, docs, health, leads, limits, observability, reference
+from . import db, docs, health, idempotency, leads, limits, observability, reference
 from .config import load_settings
 from .problems import ProblemApi
 
@@ -51,14 +51,13 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                                      PackageLoader("flask_smorest", "spec/templates")])
     db.init_app(app)
     observability.init_app(app)
-    api = ProblemApi(app)
+    api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin()]})
     for blueprint in (health.blp, leads.blp, reference.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.extensions["leadsvc.api"] = api
-    limiter = limits.init_app(app)
-    for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):
-        limiter.exempt(probe_or_docs)
+    limits.init_app(app, exempt=(health.blp, docs.blp, app.blueprints["api-docs"]))
+    idempotency.init_app(app)   # after the limiter: a 429 never reserves a key
     return app
 
 
