@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import peewee as pw
 from flask import g, request
 
-from .models import BASE62, Lead, Member, Token, Workspace, utcnow
+from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
@@ -27,6 +27,7 @@ AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
 TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
 _LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
+LEAD_ID = public_id_pattern("ld_")
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,10 @@ def visible_leads(*fields) -> pw.ModelSelect:
 
 
 def visible_lead_or_404(public_id: str) -> Lead:
+    # A string that cannot be a lead id is not sent to the database (NUL bytes, megabytes) nor
+    # echoed back.
+    if not LEAD_ID.fullmatch(public_id):
+        raise NotFound("There is no lead with this id.")
     lead = visible_leads().where(Lead.public_id == public_id).first()
     if lead is None:
         raise NotFound(f"No lead {public_id}.")

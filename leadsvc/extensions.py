@@ -6,6 +6,10 @@ its spec), so one module-level instance could not serve the several apps a test 
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 import flask_smorest
 import marshmallow as ma
 from flask import Request
@@ -14,6 +18,7 @@ from webargs.flaskparser import FlaskParser, is_json_request
 
 from .problems import UnsupportedMediaType, ValidationFailed
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
                    bool: "a boolean", type(None): "null"}
 
@@ -33,7 +38,15 @@ class ApiParser(FlaskParser):
     def _raw_load_json(self, req: Request):
         if req.content_length and not is_json_request(req):
             raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
-        return super()._raw_load_json(req)
+        try:
+            return super()._raw_load_json(req)
+        except RecursionError:
+            raise ValidationFailed.field("body", "The request body is nested too deeply.") from None
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # Python refuses integers of thousands of digits (int_max_str_digits).
+            raise ValidationFailed.field("body", "The request body holds a number too long to read.") from None
 
     def load_json(self, req: Request, schema: ma.Schema):
         data = super().load_json(req, schema)
@@ -41,7 +54,34 @@ class ApiParser(FlaskParser):
             # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
             what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]
             raise ValidationFailed.field("body", f"The request body must be a JSON object, not {what}.")
+        check_storable(data)
         return data
+
+    def load_form(self, req: Request, schema: ma.Schema):
+        check_storable({name: value for name, value in req.form.items(multi=True)})
+        return super().load_form(req, schema)
+
+
+def check_storable(data: Any, path: str = "") -> None:
+    """422 naming each string no database can store: NUL characters (PostgreSQL refuses them,
+    SQLite cuts strings at them) and unpaired surrogates (not UTF-8 at all)."""
+    errors: dict[str, list[str]] = {}
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, str):
+            if "\x00" in value or _SURROGATE.search(value):
+                errors[where or "body"] = ["Text must not contain NUL characters or unpaired surrogates."]
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(key, where or "body")
+                walk(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{where}.{index}" if where else str(index))
+
+    walk(data, path)
+    if errors:
+        raise ValidationFailed(errors=errors)
 
 
 class Blueprint(flask_smorest.Blueprint):

@@ -224,7 +224,8 @@ class StatusMoveSchema(ma.Schema):
 
 
 class LeadReadQuery(ma.Schema):
-    include = ma.fields.String(metadata={"description": "Comma-separated: activities, notes."})
+    include = ma.fields.String(validate=ma.validate.Length(max=50),
+                               metadata={"description": "Comma-separated: activities, notes."})
 
     @ma.validates("include")
     def _known_includes(self, value, **kwargs):
