@@ -83,8 +83,8 @@ def init_app(app: Flask) -> None:
 
 def reserve() -> Response | None:
     """Replay a recorded response, or reserve the key and let the request run in its transaction."""
-    if request.method != "POST" or HEADER not in request.headers:
-        return None
+    if request.method != "POST" or HEADER not in request.headers or request.routing_exception is not None:
+        return None   # no route, no operation to repeat (and unknown routes are not rate limited)
     key = request.headers[HEADER]
     if not KEY_PATTERN.match(key):
         raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")

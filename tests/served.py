@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
 import waitress
@@ -67,6 +68,45 @@ def wait_until(check: Callable[[], Any], deadline_seconds: float, what: str, int
             last_error = exc
         time.sleep(interval)
     raise AssertionError(f"not within {deadline_seconds}s: {what} (last error: {last_error})")
+
+
+def race(base_url: str, racers: int, method: str, path: str, **kwargs) -> list[Reply]:
+    """`racers` identical requests released at the same moment, each on its own connection."""
+    barrier = threading.Barrier(racers)
+    replies: list[Reply] = []
+
+    def run() -> None:
+        barrier.wait()
+        replies.append(call(base_url, method, path, **kwargs))
+
+    threads = [threading.Thread(target=run) for _ in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return replies
+
+
+@contextmanager
+def held_in_another_thread(acquire: Callable[[], Any], release: Callable[[], Any]) -> Iterator[None]:
+    """acquire() in another thread (a lock, a connection, a transaction), held there while the block
+    runs, then release() in that thread."""
+    acquired, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        acquire()
+        acquired.set()
+        done.wait(60)
+        release()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert acquired.wait(30), "the other thread could not acquire"
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 class InProcessServer:

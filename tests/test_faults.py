@@ -4,7 +4,6 @@ and the service recovers by itself when the database is back (/readyz follows it
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +14,7 @@ from conftest import Tenant, standard_setup
 from leadsvc.db import database, make_database, migrate
 from leadsvc.problems import RETRY_AFTER_UNAVAILABLE
 from leadsvc.provision import apply_setup, parse_setup
-from served import ServedProcess, TcpProxy, call, free_port, wait_until
+from served import ServedProcess, TcpProxy, call, free_port, held_in_another_thread, wait_until
 
 FAKE_TOKEN = {"Authorization": "Bearer lsk_" + "A" * 40}
 
@@ -82,22 +81,8 @@ def test_postgresql_pool_exhausted_is_503(make_app, backend, database_url, ws):
     headers = ws.headers()
     url = database_url + "?pool=one"   # another URL, so another pool: one connection, one second's wait
     app = make_app(database={"url": url, "pool_size": 1, "pool_timeout": 1}, server={"threads": 1})
-    taken, release = threading.Event(), threading.Event()
-
-    def hold_the_only_connection():
-        database.connect()
-        taken.set()
-        release.wait(30)
-        database.close()
-
-    holder = threading.Thread(target=hold_the_only_connection)
-    holder.start()
-    try:
-        taken.wait(10)
+    with held_in_another_thread(database.connect, database.close):   # the only connection
         assert_unavailable(app.test_client().get("/api/v1/leads", headers=headers))
-    finally:
-        release.set()
-        holder.join()
     assert app.test_client().get("/api/v1/leads", headers=headers).status_code == 200
     make_database(url).close_all()
 

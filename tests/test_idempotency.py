@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import timedelta
 
@@ -11,7 +10,7 @@ import pytest
 from leadsvc import idempotency
 from leadsvc.auth import hash_token
 from leadsvc.models import Activity, IdempotencyKey, Lead, Token, Transition, utcnow
-from served import InProcessServer, Reply, call
+from served import InProcessServer, held_in_another_thread, race
 
 
 def lead_body(**extra):
@@ -117,6 +116,14 @@ def test_an_invalid_token_keeps_no_key(client, ws):
     assert IdempotencyKey.select().where(IdempotencyKey.key == key).count() == 0
 
 
+@pytest.mark.parametrize("path", ["/api/v1/nothing-here", "/api/v1/statuses"])
+def test_a_post_to_no_route_keeps_no_key(client, path):
+    key = uuid.uuid4().hex
+    response = client.post(path, json={}, headers={"Idempotency-Key": key})
+    assert response.status_code in (404, 405)
+    assert IdempotencyKey.select().where(IdempotencyKey.key == key).count() == 0
+
+
 def test_a_server_error_rolls_everything_back_and_is_not_recorded(make_app, ws, monkeypatch):
     app = make_app()
     app.config["PROPAGATE_EXCEPTIONS"] = False
@@ -174,18 +181,7 @@ def test_two_concurrent_requests_with_one_key_make_one_lead(app, ws):
     headers = {**ws.headers(), "Idempotency-Key": key}
     racers = 6
     with InProcessServer(app, threads=racers) as server:
-        barrier = threading.Barrier(racers)
-        responses: list[Reply] = []
-
-        def race():
-            barrier.wait()
-            responses.append(call(server.url, "POST", "/api/v1/leads", json_body=body, headers=headers))
-
-        threads = [threading.Thread(target=race) for _ in range(racers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        responses = race(server.url, racers, "POST", "/api/v1/leads", json_body=body, headers=headers)
     assert [r.status for r in responses] == [201] * racers
     assert len({r.json()["data"]["id"] for r in responses}) == 1
     assert sum("idempotent-replayed" not in r.headers for r in responses) == 1
@@ -202,19 +198,8 @@ def test_concurrent_stage_moves_with_one_key_move_once(app, ws):
     headers = {**ws.headers(), "Idempotency-Key": uuid.uuid4().hex}
     racers = 4
     with InProcessServer(app, threads=racers) as server:
-        barrier = threading.Barrier(racers)
-        responses: list[Reply] = []
-
-        def race():
-            barrier.wait()
-            responses.append(call(server.url, "POST", lead_path + "/status", json_body={"status": statuses["Contacted"]},
-                                  headers=headers))
-
-        threads = [threading.Thread(target=race) for _ in range(racers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        responses = race(server.url, racers, "POST", lead_path + "/status", json_body={"status": statuses["Contacted"]},
+                         headers=headers)
     assert [r.status for r in responses] == [200] * racers
     assert len({r.json()["transition"]["id"] for r in responses}) == 1
     lead = Lead.get(Lead.public_id == created.json["data"]["id"])
@@ -231,26 +216,19 @@ def test_a_key_still_in_progress_is_409_on_postgresql(app, ws, backend, monkeypa
     body, key = lead_body(), uuid.uuid4().hex
     headers = {**ws.headers(), "Idempotency-Key": key}
     scope = "tok:" + Token.get(Token.secret_hash == hash_token(ws.token())).public_id
-    holder = threading.Event()
-    done = threading.Event()
+    transaction = database.atomic()
 
-    def hold_the_key():
-        with database.atomic():
-            IdempotencyKey.create(scope=scope, key=key, request_hash="x" * 64, status=0, headers={}, body=b"",
-                                  expires_at=utcnow() + timedelta(hours=1))
-            holder.set()
-            done.wait(10)
+    def insert_the_key_uncommitted():
+        transaction.__enter__()
+        IdempotencyKey.create(scope=scope, key=key, request_hash="x" * 64, status=0, headers={}, body=b"",
+                              expires_at=utcnow() + timedelta(hours=1))
+
+    def roll_back():
+        transaction.__exit__(RuntimeError, RuntimeError(), None)
         database.close()
 
-    thread = threading.Thread(target=hold_the_key)
-    thread.start()
-    try:
-        holder.wait(10)
+    with held_in_another_thread(insert_the_key_uncommitted, roll_back):   # a first request, still running
         response = app.test_client().post("/api/v1/leads", json=body, headers=headers)
-    finally:
-        done.set()
-        thread.join()
-    IdempotencyKey.delete().where(IdempotencyKey.key == key).execute()
     assert response.status_code == 409 and response.json["code"] == "conflict"
     assert response.headers["Retry-After"] == "1"
     assert "in progress" in response.json["detail"]

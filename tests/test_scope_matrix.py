@@ -34,7 +34,11 @@ class Endpoint:
     ability: str | None                         # None: any valid token will do
     body: Callable[[Tenant], dict] | None = None
     success: int = 200
-    shows: str = "lead"                         # lead | leads | created | reference | other (status only)
+    # What a success shows, and so what is checked: "lead" (data is the addressed lead), "leads" (a
+    # page of leads: exactly the caller's scope), "created" (a new lead, in the caller's workspace),
+    # "reference" (one workspace's reference data), "other" (the status and that no lead outside
+    # the scope leaks into the body: notes, history, reports, CSV).
+    shows: str = "lead"
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
@@ -110,11 +114,12 @@ def tenants(database_url) -> tuple[Tenant, Tenant]:
 @pytest.fixture
 def world(request, client, tenants) -> World:
     """Fresh target leads for each case (rows change them: a stage move succeeds only once), made
-    only where the row looks at them: its one target lead, or both for a lead list."""
+    only where the row looks at them: its one target lead, or both for lists and other reads."""
     ws, other_ws = tenants
     admin = ws.headers()
     endpoint, target = request.node.callspec.params.get("endpoint"), request.node.callspec.params.get("target")
-    wanted = [target] if target else list(TARGETS) if endpoint is None or endpoint.shows == "leads" else []
+    looks_at_all = endpoint is None or endpoint.shows in ("leads", "other")
+    wanted = [target] if target else list(TARGETS) if looks_at_all else []
     leads = {}
     for target, owner in ((t, TARGETS[t]) for t in wanted):
         lead = client.post("/api/v1/leads", json=new_lead(ws), headers=admin).json["data"]
@@ -142,7 +147,7 @@ def test_scope_matrix(client, world, endpoint, caller, target):
 
 
 def assert_within_scope(response, endpoint: Endpoint, caller: str, world: World, lead: dict | None) -> None:
-    data = response.json["data"]
+    data = response.json["data"] if response.is_json else None
     if endpoint.shows == "lead":
         assert data["id"] == lead["id"]
     elif endpoint.shows == "leads":
@@ -159,7 +164,7 @@ def assert_within_scope(response, endpoint: Endpoint, caller: str, world: World,
         ids = {row["id"] for row in data}
         theirs = world.ws if caller == "foreign" else world.other_ws
         assert ids and not ids & all_ids(theirs), "reference data of one workspace only"
-    if caller == "foreign" or endpoint.shows == "leads":
+    if caller == "foreign" or endpoint.shows in ("leads", "other"):
         allowed = visible_ids(caller, world) | ({data["id"]} if endpoint.shows == "created" else set())
         assert_shows_no_lead(response, world, except_ids=allowed)
 
