@@ -40,7 +40,7 @@ from .problems import Conflict, ValidationFailed
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
-KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")   # printable ASCII without spaces, e.g. a UUID
+KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
 KEEP = timedelta(hours=24)
 REPLAYED_HEADERS = ("Content-Type", "Location", "ETag", "Link")
 UNRECORDED_STATUSES = frozenset({401, 403, 429})
@@ -86,7 +86,7 @@ def reserve() -> Response | None:
     if request.method != "POST" or HEADER not in request.headers or request.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
     key = request.headers[HEADER]
-    if not KEY_PATTERN.match(key):
+    if not KEY_PATTERN.fullmatch(key):
         raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")
     if "Authorization" in request.headers and caller_key().startswith("ip:"):
         return None   # an invalid token: the view answers 401, and that is never recorded
@@ -214,7 +214,10 @@ class IdempotencySpecPlugin(BasePlugin):
             "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
             "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
                            "gets the first response again (with `Idempotent-Replayed: true`); the same key "
-                           "with another body is 422. Keys belong to the token that sent them.",
+                           "with another body is 422; a retry while the first is still running waits for "
+                           "it (409 if that takes over 10 s). 2xx and 4xx answers are kept, except 401, "
+                           "403 and 429; a 5xx keeps nothing and changes nothing. Keys belong to the "
+                           "token that sent them (to the client IP without a token).",
         })
 
     def operation_helper(self, path=None, operations=None, **kwargs) -> None:

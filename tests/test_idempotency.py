@@ -69,7 +69,8 @@ def test_same_key_on_another_path_is_422(client, ws):
     assert move.status_code == 422 and "Idempotency-Key" in move.json["errors"]
 
 
-@pytest.mark.parametrize("key", ["", " ", "a b", "x" * 256, "ключ", "tab\there"])
+@pytest.mark.parametrize("key", ["", " ", "a b", "x" * 256, "ключ", "tab\there"],
+                         ids=["empty", "space", "inner-space", "too-long", "cyrillic", "tab"])
 def test_a_malformed_key_is_422(client, ws, key):
     response = post(client, ws, lead_body(), key)
     assert response.status_code == 422

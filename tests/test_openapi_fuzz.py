@@ -65,7 +65,7 @@ def test_api_conforms_to_its_openapi_document(case, ws, real_ids):
         case.path_parameters["public_id"] = pick(case.path_parameters["public_id"], real_ids["ld"])
     if isinstance(case.body, (dict, list)):
         case.body = grounded(case.body, real_ids)
-    if case.headers and KEY_PATTERN.match(str(case.headers.get(IDEMPOTENCY_KEY, ""))):
+    if case.headers and KEY_PATTERN.fullmatch(str(case.headers.get(IDEMPOTENCY_KEY, ""))):
         # Generated keys repeat across examples ("0", "!"), which would replay or refuse instead of
         # running the operation; a fresh well-formed key still goes through the key's whole path.
         case.headers[IDEMPOTENCY_KEY] = uuid.uuid4().hex
