@@ -215,7 +215,7 @@ class IdempotencySpecPlugin(BasePlugin):
             "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
                            "gets the first response again (with `Idempotent-Replayed: true`); the same key "
                            "with another body is 422; a retry while the first is still running waits for "
-                           "it (409 if that takes over 10 s). 2xx and 4xx answers are kept, except 401, "
+                           "it (409, or 503 on SQLite, if that takes too long). 2xx and 4xx answers are kept, except 401, "
                            "403 and 429; a 5xx keeps nothing and changes nothing. Keys belong to the "
                            "token that sent them (to the client IP without a token).",
         })

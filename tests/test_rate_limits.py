@@ -4,7 +4,10 @@ headers, a limit shared through Redis, and per-process limits when Redis is down
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -135,3 +138,32 @@ def test_redis_connections_time_out_quickly_and_do_not_retry(limited):
     kwargs = storage.storage.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == REDIS_TIMEOUT_SECONDS
     assert kwargs["retry"].get_retries() == 0
+
+
+def test_redis_dying_mid_run_switches_to_per_process_limits(limited, ws, redis_url):
+    from served import TcpProxy
+
+    upstream = urlsplit(redis_url)
+    with TcpProxy(upstream.hostname, upstream.port or 6379) as proxy:
+        client = limited(storage=f"redis://127.0.0.1:{proxy.port}{upstream.path}").test_client()
+        headers = ws.headers()
+        assert client.get(PATH, headers=headers).headers["RateLimit-Remaining"] == "2"
+        proxy.cut()
+        statuses = [client.get(PATH, headers=headers).status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429], "per-process counting from a fresh window, never a 500"
+
+
+def test_a_redis_that_never_answers_does_not_stall_requests(limited, ws):
+    """A server that accepts connections and never replies: the socket timeouts end each wait."""
+    with socket.socket() as blackhole:
+        blackhole.bind(("127.0.0.1", 0))
+        blackhole.listen(16)   # the kernel completes handshakes; nobody ever reads or answers
+        client = limited(storage=f"redis://127.0.0.1:{blackhole.getsockname()[1]}/0").test_client()
+        headers = ws.headers()
+        statuses: list[int] = []
+        worker = threading.Thread(target=lambda: statuses.extend(client.get(PATH, headers=headers).status_code
+                                                                 for _ in range(3)))
+        worker.start()
+        worker.join(30)
+        assert not worker.is_alive(), "requests hang on a silent Redis"
+    assert statuses == [200, 200, 200]
