@@ -94,6 +94,12 @@ def test_huge_custom_field_numbers_do_not_break_storage(client, ws, value):
     assert response.status_code in (201, 422)
 
 
+@pytest.mark.parametrize("value", [1e308, -1.18e308, 1e16, -0.01])
+def test_estimated_values_out_of_range_are_422(client, ws, value):
+    response = client.post("/api/v1/leads", json=lead_body(estimated_value=value), headers=ws.headers())
+    assert_problem(response, 422, "validation_failed", "estimated_value")
+
+
 @pytest.mark.parametrize("size", ["0", "201", "-1", "1e3", "9" * 40, "ten"])
 def test_page_size_outside_1_to_200_is_422(client, ws, size):
     assert_problem(client.get(f"/api/v1/leads?page[size]={size}", headers=ws.headers()), 422, "validation_failed",
