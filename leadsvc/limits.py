@@ -55,7 +55,7 @@ def form_limit() -> str:
 
 def storage_options(uri: str) -> dict[str, Any]:
     """Connection options for the limiter's storage: short timeouts and no retries for Redis."""
-    if not uri.startswith(("redis", "rediss")):
+    if not uri.startswith("redis"):   # redis://, rediss://, redis+sentinel://, ...
         return {}
     from redis.backoff import NoBackoff
     from redis.retry import Retry
