@@ -40,7 +40,8 @@ class Reply:
 
 def call(base_url: str, method: str, path: str, *, json_body: Any = None, headers: dict[str, str] | None = None,
          timeout: float = 30) -> Reply:
-    """One HTTP request on a fresh connection; OSError if the server cannot be reached."""
+    """One HTTP request on a fresh connection; OSError if the server cannot be reached or its
+    answer breaks off (a server killed mid-response)."""
     parts = urlsplit(base_url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
@@ -51,6 +52,8 @@ def call(base_url: str, method: str, path: str, *, json_body: Any = None, header
         connection.request(method, path, body=body, headers=sent)
         response = connection.getresponse()
         return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    except http.client.HTTPException as exc:
+        raise ConnectionError(f"the answer broke off: {exc!r}") from exc
     finally:
         connection.close()
 
