@@ -8,8 +8,10 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import db, docs, export, forms, health, leads, limits, metrics, observability, reference, reports, timeline
+from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, reference,
+               reports, timeline)
 from .config import load_settings
+from .extensions import register_converters
 from .problems import ProblemApi
 
 __version__ = "0.1.0"
@@ -52,19 +54,17 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     db.init_app(app)
     observability.init_app(app)
     metrics.init_app(app)
-    api = ProblemApi(app)
-    for blueprint in (health.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
+    api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin()]})
+    register_converters(app, api)
+    for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
         api.register_blueprint(blueprint)
-    api.register_blueprint(export.blp)
     app.register_blueprint(docs.blp)
     app.view_functions["api-docs.openapi_json"] = docs.served_openapi_json
     app.extensions["leadsvc.api"] = api
-    limiter = limits.init_app(app)
-    for probe_or_docs in (health.blp, docs.blp, app.blueprints["api-docs"]):
-        limiter.exempt(probe_or_docs)
-    limiter.exempt(metrics.blp)
+    limiter = limits.init_app(app, exempt=(health.blp, docs.blp, app.blueprints["api-docs"], metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
     limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
+    idempotency.init_app(app)   # after the limiter: a 429 never reserves a key
     return app
 
 

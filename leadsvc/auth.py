@@ -193,8 +193,10 @@ def visible_leads(*fields) -> pw.ModelSelect:
 
 
 def visible_lead_or_404(public_id: str) -> Lead:
-    if not LEAD_ID.fullmatch(public_id):   # cannot exist, and PostgreSQL refuses some bytes (NUL) outright
-        raise NotFound("No such lead; lead ids look like ld_ and 20 letters and digits.")
+    # A string that cannot be a lead id is not sent to the database (NUL bytes, megabytes) nor
+    # echoed back.
+    if not LEAD_ID.fullmatch(public_id):
+        raise NotFound("There is no lead with this id.")
     lead = visible_leads().where(Lead.public_id == public_id).first()
     if lead is None:
         raise NotFound(f"No lead {public_id}.")

@@ -38,6 +38,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "per_ip": "60/minute",
         "forms": "10/minute",
         "storage": "memory://",
+        "key_prefix": "leadsvc",
     },
     "api": {
         "docs_url": "",
@@ -61,6 +62,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 Settings = dict[str, dict[str, Any]]
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+RATE_LIMIT_STORAGES = ("memory://", "redis://", "rediss://", "redis+unix://", "redis+sentinel://",
+                       "redis+cluster://")
 
 
 class ConfigError(Exception):
@@ -160,7 +164,7 @@ def _check(settings: Settings) -> None:
     if not 0 < scoring["warm"] < scoring["hot"] <= 100:
         raise ConfigError("scoring: need 0 < warm < hot <= 100.")
     for section, key in (("server", "port"), ("server", "threads"), ("database", "pool_size"),
-                         ("api", "max_body_bytes"), ("server", "connection_limit")):
+                         ("database", "pool_timeout"), ("api", "max_body_bytes"), ("server", "connection_limit")):
         if settings[section][key] <= 0:
             raise ConfigError(f"{section}.{key} must be positive.")
     limits = settings["rate_limits"]
@@ -189,5 +193,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError(
             f"database.url must start with sqlite:/// or postgresql://, not {url.split(':')[0]!r}."
         )
+    storage = settings["rate_limits"]["storage"]
+    if not storage.startswith(RATE_LIMIT_STORAGES):
+        raise ConfigError(f"rate_limits.storage must start with {' or '.join(RATE_LIMIT_STORAGES)}, "
+                          f"not {storage.split(':')[0]!r}.")
     if settings["server"]["threads"] > settings["database"]["pool_size"] and not url.startswith("sqlite"):
         raise ConfigError("server.threads must not exceed database.pool_size, or threads wait for connections.")

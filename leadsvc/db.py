@@ -93,6 +93,15 @@ def is_unavailable(exc: BaseException) -> bool:
     return is_postgres() or any(text in str(exc).lower() for text in _SQLITE_UNAVAILABLE)
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE behind a peewee error (peewee keeps the driver's error as the context)."""
+    for candidate in (exc, exc.__cause__, exc.__context__, *getattr(exc, "args", ())[:1]):
+        code = getattr(candidate, "sqlstate", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
 def for_update(query: pw.Select) -> pw.Select:
     """Lock the selected rows until the transaction ends (SQLite already serializes writers)."""
     return query.for_update() if database.for_update else query

@@ -6,39 +6,22 @@ its spec), so one module-level instance could not serve the several apps a test 
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import flask_smorest
 import marshmallow as ma
-from flask import Request
+from flask import Flask, Request
+from werkzeug.routing import BaseConverter
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
 
 from .problems import UnsupportedMediaType, ValidationFailed
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
                    bool: "a boolean", type(None): "null"}
-
-
-def holds_unstorable_text(data: Any) -> bool:
-    """Whether a key or string in decoded JSON holds NUL or a lone surrogate: valid JSON escapes,
-    but PostgreSQL refuses NUL and UTF-8 cannot encode a lone surrogate, so they would fail as 500s."""
-    pending = [data]
-    while pending:   # iterative: the document may be nested as deep as the decoder allows
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return True
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-    return False
 
 
 class ApiParser(FlaskParser):
@@ -57,13 +40,14 @@ class ApiParser(FlaskParser):
         if req.content_length and not is_json_request(req):
             raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
         try:
-            data = super()._raw_load_json(req)
-        except RecursionError:   # valid JSON nested deeper than the decoder goes
+            return super()._raw_load_json(req)
+        except RecursionError:
             raise ValidationFailed.field("body", "The request body is nested too deeply.") from None
-        if data is not core.missing and holds_unstorable_text(data):
-            raise ValidationFailed.field("body", "The request body holds a NUL character or a lone UTF-16 "
-                                                 "surrogate (\\ud800-\\udfff), which cannot be stored.")
-        return data
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # Python refuses integers of thousands of digits (int_max_str_digits).
+            raise ValidationFailed.field("body", "The request body holds a number too long to read.") from None
 
     def load_json(self, req: Request, schema: ma.Schema):
         data = super().load_json(req, schema)
@@ -71,8 +55,45 @@ class ApiParser(FlaskParser):
             # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
             what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]
             raise ValidationFailed.field("body", f"The request body must be a JSON object, not {what}.")
+        check_storable(data)
         return data
+
+    def load_form(self, req: Request, schema: ma.Schema):
+        check_storable({name: value for name, value in req.form.items(multi=True)})
+        return super().load_form(req, schema)
+
+
+def check_storable(data: Any) -> None:
+    """422 naming each string no database can store: NUL characters (PostgreSQL refuses them,
+    SQLite cuts strings at them) and lone UTF-16 surrogates (not UTF-8 at all)."""
+    errors: dict[str, list[str]] = {}
+    pending: list[tuple[Any, str]] = [(data, "")]
+    while pending:   # iterative: the document may be nested as deep as the decoder allows
+        value, where = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value or _SURROGATE.search(value):
+                errors[where or "body"] = ["Text must not hold a NUL character or a lone UTF-16 surrogate "
+                                           "(\\ud800-\\udfff): no database can store them."]
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                pending.append((key, where or "body"))
+                pending.append((item, f"{where}.{key}" if where else str(key)))
+        elif isinstance(value, list):
+            pending.extend((item, f"{where}.{index}" if where else str(index)) for index, item in enumerate(value))
+    if errors:
+        raise ValidationFailed(errors=errors)
 
 
 class Blueprint(flask_smorest.Blueprint):
     ARGUMENTS_PARSER = ApiParser()
+
+
+class LeadIdConverter(BaseConverter):
+    """`<lead_id:public_id>`: only lead-shaped ids match, so /leads/export.csv is never taken for one."""
+
+    regex = r"ld_[0-9A-Za-z]{16,40}"
+
+
+def register_converters(app: Flask, api: flask_smorest.Api) -> None:
+    app.url_map.converters["lead_id"] = LeadIdConverter
+    api.register_converter(LeadIdConverter, lambda converter: {"type": "string", "pattern": f"^{converter.regex}$"})

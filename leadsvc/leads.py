@@ -73,7 +73,7 @@ class Leads(MethodView):
                                          "ETag": etag(created.lead)})
 
 
-@blp.route("/<public_id>")
+@blp.route("/<lead_id:public_id>")
 class LeadResource(MethodView):
     @requires("leads:read")
     @blp.arguments(LeadReadQuery, location="query")
@@ -118,7 +118,7 @@ class LeadResource(MethodView):
         return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
-@blp.route("/<public_id>/status")
+@blp.route("/<lead_id:public_id>/status")
 class LeadStatus(MethodView):
     @requires("leads:status")
     @blp.arguments(StatusMoveSchema)

@@ -1,16 +1,36 @@
-"""Rate limits: per token across all routes, per client IP without a valid token, per IP for web forms.
+"""Rate limits and request-size limits: what a single client may send, and how often.
 
-A Limiter is made per app (like the Api): flask-limiter keeps its storage and exemptions on the
-instance, and a test run builds apps with different limits side by side.
+Rate limits count per token across all routes for a valid token, per client IP otherwise, and per
+client IP for web-form submissions (`form_limit`). A Limiter is made per app (like the Api):
+flask-limiter keeps its storage and exemptions on the instance, and a test run builds apps with
+different limits side by side.
 """
 
 from __future__ import annotations
 
-from flask import Flask, request
+import math
+import time
+from typing import Any, Iterable
+
+from flask import Blueprint, Flask, Response, request
 from flask_limiter import HeaderNames, Limiter
+from werkzeug.exceptions import RequestHeaderFieldsTooLarge
 
 from .auth import current_caller
 from .config import settings
+
+# All request headers together (names and values). A bearer token and the usual browser headers
+# take well under 2 KiB; waitress's own, larger limit answers with a plain-text 431 before us.
+MAX_HEADER_BYTES = 16 * 1024
+
+# Redis must never stall a request: a dead server fails fast, and the limiter then counts in this
+# process (flask-limiter's in-memory fallback) until Redis answers again. redis-py otherwise
+# retries three times with backoff of up to 14 seconds in all.
+REDIS_TIMEOUT_SECONDS = 0.5
+
+# flask-limiter writes Retry-After on every response once headers are on; it writes it under this
+# name instead, and finish_headers() turns it into Retry-After on 429s only.
+_LIMITER_RETRY_AFTER = "X-Leadsvc-Limiter-Retry-After"
 
 
 def client_ip() -> str:
@@ -33,21 +53,69 @@ def form_limit() -> str:
     return settings()["rate_limits"]["forms"]
 
 
-def init_app(app: Flask) -> Limiter:
+def storage_options(uri: str) -> dict[str, Any]:
+    """Connection options for the limiter's storage: short timeouts and no retries for Redis."""
+    if not uri.startswith("redis"):   # redis://, rediss://, redis+sentinel://, ...
+        return {}
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return {"socket_timeout": REDIS_TIMEOUT_SECONDS, "socket_connect_timeout": REDIS_TIMEOUT_SECONDS,
+            "retry": Retry(NoBackoff(), 0)}
+
+
+def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
+    """Bind a limiter to the app; the exempt blueprints (probes, docs) are never counted or slowed."""
     cfg = app.config["LEADSVC"]["rate_limits"]
+    exempt = list(exempt)
+    exempt_names = {blueprint.name for blueprint in exempt}
+
+    @app.before_request
+    def check_header_size() -> None:
+        size = sum(len(name) + len(value) + 4 for name, value in request.headers.items())
+        if size > MAX_HEADER_BYTES:
+            raise RequestHeaderFieldsTooLarge(f"Request headers may take at most {MAX_HEADER_BYTES} bytes.")
+
+    @app.before_request
+    def identify_caller() -> None:
+        # The limiter's key needs the caller, and flask-limiter takes any error raised while it
+        # computes the key for a storage failure (and swallows it). Looking the token up here first
+        # lets a database outage become a 503 instead. Probes and docs never touch the database.
+        if cfg["enabled"] and request.endpoint is not None and request.blueprint not in exempt_names:
+            current_caller()
+
     limiter = Limiter(
         key_func=caller_key,
         application_limits=[caller_limit],
         storage_uri=cfg["storage"],
+        storage_options=storage_options(cfg["storage"]),
         enabled=cfg["enabled"],
         headers_enabled=True,
         header_name_mapping={HeaderNames.LIMIT: "RateLimit-Limit", HeaderNames.REMAINING: "RateLimit-Remaining",
-                             HeaderNames.RESET: "RateLimit-Reset"},
-        # Redis trouble must not become 500s: count in this process until it is back.
+                             HeaderNames.RESET: "RateLimit-Reset", HeaderNames.RETRY_AFTER: _LIMITER_RETRY_AFTER},
+        # Redis trouble must not become 500s, nor switch limits off: count in this process until
+        # Redis is back (flask-limiter checks it again with backoff).
         swallow_errors=True,
         in_memory_fallback_enabled=True,
-        key_prefix="leadsvc",
+        key_prefix=cfg["key_prefix"],
     )
+
+    # Registered before limiter.init_app, so it runs after the limiter's own after_request
+    # (Flask runs them in reverse) and sees the headers it wrote.
+    @app.after_request
+    def finish_headers(response: Response) -> Response:
+        response.headers.pop(_LIMITER_RETRY_AFTER, None)
+        current = limiter.current_limit
+        if current is not None and "RateLimit-Reset" in response.headers:
+            # flask-limiter writes the epoch second of the reset; clients want seconds from now.
+            seconds = max(1, math.ceil(current.window[0] - time.time()))
+            response.headers["RateLimit-Reset"] = str(seconds)
+            if response.status_code == 429:
+                response.headers["Retry-After"] = str(seconds)
+        return response
+
     limiter.init_app(app)
+    for blueprint in exempt:
+        limiter.exempt(blueprint)
     app.extensions["leadsvc.limiter"] = limiter
     return limiter

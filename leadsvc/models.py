@@ -284,7 +284,24 @@ class AuditEntry(Attributed):
         indexes = ((("lead", "at", "public_id"), False),)
 
 
+class IdempotencyKey(BaseModel):
+    """The recorded response of a POST that carried an Idempotency-Key, replayed to its retries."""
+
+    scope = pw.CharField(max_length=64)           # who sent it: "tok:<token id>" or "ip:<client address>"
+    key = pw.CharField(max_length=255)
+    request_hash = pw.CharField(max_length=64)    # sha256 of method, path and body
+    status = pw.SmallIntegerField()
+    headers = pw.JSONField(default=dict)
+    body = pw.BlobField()
+    created_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField(index=True)
+
+    class Meta:
+        # The unique index is the lock: of two requests with one key, only one inserts the row.
+        indexes = ((("scope", "key"), True),)
+
+
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
-    Transition, Activity, Note, AuditEntry,
+    Transition, Activity, Note, AuditEntry, IdempotencyKey,
 ]

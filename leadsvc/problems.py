@@ -38,8 +38,9 @@ CODES: dict[str, tuple[int, str, str]] = {
                            "the methods it takes."),
     "conflict": (409, "Conflict",
                  "The request clashes with the current state: a phone or e-mail that another lead "
-                 "has, a duplicate outside the caller's scope, or a stage move that the lead's "
-                 "status does not allow (`detail` lists the allowed targets)."),
+                 "has, a duplicate outside the caller's scope, a stage move that the lead's "
+                 "status does not allow (`detail` lists the allowed targets), or a request with the "
+                 "same `Idempotency-Key` that is still running (retry after `Retry-After`)."),
     "precondition_failed": (412, "Precondition failed",
                             "The `If-Match` header does not match the lead's current `ETag`: someone "
                             "changed it since you read it. Read it again and retry."),
@@ -50,7 +51,8 @@ CODES: dict[str, tuple[int, str, str]] = {
                                "(web-form submissions also take form encoding)."),
     "validation_failed": (422, "Validation failed",
                           "The input is not valid: `errors` maps each field (or `body`, or a query "
-                          "parameter such as `page[size]`) to a list of messages. Nothing was changed."),
+                          "parameter such as `page[size]`, or a header such as `Idempotency-Key`) to a "
+                          "list of messages. Nothing was changed."),
     "rate_limited": (429, "Too many requests",
                      "The caller went over its rate limit. Wait the number of seconds in "
                      "`Retry-After`; the `RateLimit-*` headers show the budget."),
@@ -77,6 +79,20 @@ DEFAULT_DETAILS = {
     "bad_request": "The request could not be understood.",
     "internal_error": "The service failed to handle this request.",
     "service_unavailable": "The database is not available right now; retry shortly.",
+}
+
+
+def _integer_header(description: str) -> dict[str, Any]:
+    return {"description": description, "schema": {"type": "integer", "minimum": 0}}
+
+
+# Headers that come with some problems, for the OpenAPI document.
+RESPONSE_HEADERS: dict[int, dict[str, Any]] = {
+    429: {"Retry-After": _integer_header("Seconds until the rate limit resets."),
+          "RateLimit-Limit": _integer_header("Requests allowed in the window."),
+          "RateLimit-Remaining": _integer_header("Requests left in the window."),
+          "RateLimit-Reset": _integer_header("Seconds until the window resets.")},
+    503: {"Retry-After": _integer_header("Seconds to wait before retrying.")},
 }
 
 
@@ -243,6 +259,8 @@ class ProblemApi(flask_smorest.Api):
             response: dict[str, Any] = {"description": status.phrase}
             if not (100 <= status < 200) and status not in (204, 304):
                 response["schema"] = self.ERROR_SCHEMA
+            if status in RESPONSE_HEADERS:
+                response["headers"] = RESPONSE_HEADERS[status]
             prepare_response(response, self.spec, PROBLEM_MIMETYPE)
             self.spec.components.response(status.name, response, lazy=True)
         response = {"description": "Default error response", "schema": self.ERROR_SCHEMA}

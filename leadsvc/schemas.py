@@ -155,13 +155,17 @@ class PublicId(ma.fields.String):
 class Money(ma.fields.Float):
     """A non-negative amount with at most two decimals, loaded as a Decimal."""
 
+    MAX = 9_999_999_999_999
+
     def __init__(self, **kwargs):
-        super().__init__(allow_nan=False, validate=ma.validate.Range(0, 9_999_999_999_999), **kwargs)
+        super().__init__(allow_nan=False, validate=ma.validate.Range(0, self.MAX), **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, bool):
             raise self.make_error("invalid")
         number = super()._deserialize(value, attr, data, **kwargs)
+        if abs(number) > self.MAX:
+            return number   # out of range: the validator refuses it (quantize would overflow on 1e308)
         return Decimal(str(number)).quantize(Decimal("0.01"))
 
     def _validated(self, value):
@@ -224,7 +228,8 @@ class StatusMoveSchema(ma.Schema):
 
 
 class LeadReadQuery(ma.Schema):
-    include = ma.fields.String(metadata={"description": "Comma-separated: activities, notes."})
+    include = ma.fields.String(validate=ma.validate.Length(max=50),
+                               metadata={"description": "Comma-separated: activities, notes."})
 
     @ma.validates("include")
     def _known_includes(self, value, **kwargs):

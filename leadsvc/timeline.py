@@ -47,7 +47,7 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
             "meta": {"has_more": after is not None}}
 
 
-@blp.route("/<public_id>/notes")
+@blp.route("/<lead_id:public_id>/notes")
 class LeadNotes(MethodView):
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema)
@@ -61,7 +61,7 @@ class LeadNotes(MethodView):
         return json_response({"data": note_document(note, ActorNames([note], request_refs()))}, 201)
 
 
-@blp.route("/<public_id>/activities")
+@blp.route("/<lead_id:public_id>/activities")
 class LeadActivities(MethodView):
     @requires("activities:write")
     @blp.arguments(ActivityCreateSchema)
@@ -78,7 +78,7 @@ class LeadActivities(MethodView):
                               "lead": lead_document(lead, refs)}, 201)
 
 
-@blp.route("/<public_id>/transitions")
+@blp.route("/<lead_id:public_id>/transitions")
 class LeadTransitions(MethodView):
     @requires("leads:read")
     @blp.arguments(HistoryQuery, location="query")
@@ -91,7 +91,7 @@ class LeadTransitions(MethodView):
         return json_response(history_page("transitions", Transition, lead, params, transition_document))
 
 
-@blp.route("/<public_id>/audit")
+@blp.route("/<lead_id:public_id>/audit")
 class LeadAudit(MethodView):
     @requires("audit:read")
     @blp.arguments(HistoryQuery, location="query")

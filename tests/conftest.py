@@ -66,6 +66,37 @@ def backend(request) -> str:
     return request.param
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "only_on(backend): a rule of one database only (not collected for the other)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave out, rather than skip, the runs of an only_on test on the other backend."""
+    elsewhere = [item for item in items if (marker := item.get_closest_marker("only_on"))
+                 and getattr(item, "callspec", None) and item.callspec.params.get("backend") not in (None, *marker.args)]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
+
+
+REDIS_URL = os.environ.get("LEADSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A reachable Redis (skip, or fail on CI, when there is none), as for PostgreSQL."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        message = f"Redis at {REDIS_URL} is unreachable: {exc}"
+        if ON_CI:
+            pytest.fail(message + " (CI=true requires it)", pytrace=False)
+        pytest.skip(message)
+    return REDIS_URL
+
+
 @pytest.fixture(scope="session")
 def database_url(backend, tmp_path_factory, request) -> str:
     """A migrated, empty database of the backend, for the whole run."""

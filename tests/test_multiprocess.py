@@ -10,24 +10,10 @@ from collections import Counter
 
 import pytest
 
-from conftest import ON_CI, create_postgres_database, drop_postgres_database
+from conftest import create_postgres_database, drop_postgres_database
 from processes import SETUP_TOML, call, clean_env, free_port, stop, wait_until_serving
 
-REDIS_URL = os.environ.get("LEADSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PER_TOKEN = 5   # requests per minute per token, across both processes
-
-
-@pytest.fixture
-def redis_url():
-    import redis
-
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
-    except redis.RedisError as exc:
-        if ON_CI:
-            pytest.fail(f"Redis at {REDIS_URL} is unreachable: {exc} (CI=true requires it)", pytrace=False)
-        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {exc}")
-    return REDIS_URL
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def test_metrics_count_requests_by_route_template_and_status_with_a_latency_hist
     client.get("/healthz")
     response, text = scrape(client)
     assert response.status_code == 200 and response.mimetype == "text/plain"
-    assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads/<public_id>",status="404"} 1' in text
+    assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads/<lead_id:public_id>",status="404"} 1' in text
     assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads",status="200"} 1' in text
     assert 'leadsvc_http_request_duration_seconds_bucket{route="/healthz",le="+Inf"} 1' in text
     assert 'leadsvc_http_request_duration_seconds_count{route="/api/v1/leads"} 1' in text
@@ -123,7 +123,7 @@ def test_check_names_every_problem_and_how_to_fix_it(tmp_path):
     sqlite3.connect(empty).close()
     result = run_check(LEADSVC_DATABASE_URL=f"sqlite:///{empty}", LEADSVC_RATE_LIMITS_STORAGE="redis://127.0.0.1:1/0")
     assert result.exit_code == 1
-    assert "needs migrations (0001_initial, 0003_report_indexes): run `leadsvc migrate`" in result.stderr
+    assert "needs migrations (0001_initial, 0002_idempotency, 0003_report_indexes): run `leadsvc migrate`" in result.stderr
     assert "Redis at redis://127.0.0.1:1/0 (rate_limits.storage) does not answer" in result.stderr
 
 

@@ -114,7 +114,7 @@ def test_json_that_is_not_an_object_is_422_with_errors_body(client, ws, body, wh
 def test_json_that_cannot_be_processed_or_stored_is_422_not_500(client, ws, body, message):
     response = client.post(LEADS, data=body, content_type="application/json", headers=ws.headers())
     errors = assert_problem(response, 422, "validation_failed")["errors"]
-    assert list(errors) == ["body"] and message in errors["body"][0]
+    assert len(errors) == 1 and message in next(iter(errors.values()))[0]
 
 
 def test_a_surrogate_pair_is_ordinary_text(client, ws):

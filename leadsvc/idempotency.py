@@ -1,0 +1,231 @@
+"""Idempotency-Key on every POST: a retry with the same key and body gets the first response again.
+
+Hooked once in create_app, so every POST of every blueprint takes part:
+
+- A key belongs to its caller: the token for requests with a valid token, the client IP for
+  requests without an Authorization header (web forms). A request with an invalid token is a 401
+  and keeps no key.
+- A response recorded for (caller, key) in the last 24 hours is replayed: status, body,
+  Content-Type, Location, ETag and Link, plus `Idempotent-Replayed: true`. If it was recorded for
+  another method, path or body, the answer is 422 with `errors.Idempotency-Key`.
+- Otherwise the request runs in one database transaction that first inserts the key's row. The
+  unique index on (scope, key) makes a concurrent request with the same key wait for this one
+  and then replay its response; the view's own transactions become savepoints; the response is
+  written into the row in the same transaction as the changes it reports, so a crash keeps
+  neither, and a retry then runs afresh.
+- Recorded: 2xx, and 4xx other than 401, 403 and 429 (those depend on the token or the moment,
+  not on the request). On a 5xx everything the request did rolls back and nothing is recorded.
+- A request that waits for another with its key longer than LOCK_WAIT_MS gets 409 `conflict`
+  on PostgreSQL; SQLite queues all writers on its busy timeout, past which the answer is 503.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import peewee as pw
+from apispec import BasePlugin
+from flask import Flask, Response, g, request
+
+from .db import database, is_postgres, sqlstate
+from .limits import caller_key
+from .models import IdempotencyKey, utcnow
+from .problems import Conflict, ValidationFailed
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
+KEEP = timedelta(hours=24)
+REPLAYED_HEADERS = ("Content-Type", "Location", "ETag", "Link")
+UNRECORDED_STATUSES = frozenset({401, 403, 429})
+LOCK_WAIT_MS = 10_000
+PURGE_EVERY_SECONDS = 600
+PURGE_BATCH = 1000
+_LOCK_NOT_AVAILABLE = "55P03"   # PostgreSQL: lock_timeout expired
+
+_next_purge = 0.0
+
+
+class _Rollback(Exception):
+    pass
+
+
+@dataclass
+class Reservation:
+    """The key's row and the transaction held open around the request, from reserve to record."""
+
+    transaction: Any
+    row: IdempotencyKey | None = None
+
+    def end(self, commit: bool) -> None:
+        """Commit (errors propagate: the request then fails as a whole) or roll back (never raises)."""
+        if commit:
+            self.transaction.__exit__(None, None, None)
+            return
+        try:
+            self.transaction.__exit__(_Rollback, _Rollback(), None)
+        except pw.PeeweeException:
+            pass   # the connection is gone, and the transaction with it; the pool discards it
+
+
+def init_app(app: Flask) -> None:
+    """Register after the rate limiter, so that a 429 never reserves a key."""
+    app.before_request(reserve)
+    app.after_request(record)
+    app.teardown_request(release)
+
+
+def reserve() -> Response | None:
+    """Replay a recorded response, or reserve the key and let the request run in its transaction."""
+    if request.method != "POST" or HEADER not in request.headers or request.routing_exception is not None:
+        return None   # no route, no operation to repeat (and unknown routes are not rate limited)
+    key = request.headers[HEADER]
+    if not KEY_PATTERN.fullmatch(key):
+        raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")
+    if "Authorization" in request.headers and caller_key().startswith("ip:"):
+        return None   # an invalid token: the view answers 401, and that is never recorded
+    scope, digest = caller_key(), request_hash()
+    _purge_now_and_then()
+    recorded = _recorded(scope, key)
+    if recorded is not None:
+        return _replay(recorded, digest)
+    reservation = Reservation(database.atomic())
+    reservation.transaction.__enter__()
+    g.idempotency = reservation
+    try:
+        reservation.row = _insert(scope, key, digest)
+    except (pw.IntegrityError, pw.OperationalError) as exc:
+        del g.idempotency
+        reservation.end(commit=False)
+        if isinstance(exc, pw.OperationalError) and not _lock_wait_expired(exc):
+            raise
+        recorded = _recorded(scope, key) if isinstance(exc, pw.IntegrityError) else None
+        if recorded is None:
+            raise Conflict("A request with this Idempotency-Key is still in progress; retry in a moment.",
+                           headers={"Retry-After": "1"}) from None
+        return _replay(recorded, digest)
+    return None
+
+
+def record(response: Response) -> Response:
+    """Keep the response with the key and commit, or roll everything back on a 5xx."""
+    reservation = g.pop("idempotency", None)
+    if reservation is None:
+        return response
+    if response.status_code >= 500:
+        reservation.end(commit=False)
+        return response
+    row = reservation.row
+    if response.status_code in UNRECORDED_STATUSES or response.is_streamed:
+        IdempotencyKey.delete().where(IdempotencyKey.id == row.id).execute()
+    else:
+        row.status = response.status_code
+        row.headers = {name: response.headers[name] for name in REPLAYED_HEADERS if name in response.headers}
+        row.body = response.get_data()
+        row.save()
+    reservation.end(commit=True)
+    return response
+
+
+def release(exc: BaseException | None) -> None:
+    """A request that ended without record() (an error in a later hook) rolls back."""
+    reservation = g.pop("idempotency", None)
+    if reservation is not None:
+        reservation.end(commit=False)
+
+
+def request_hash() -> str:
+    """sha256 of the method, the path with its query and the body (JSON bodies in a canonical form)."""
+    body = request.get_data(cache=True)
+    if request.is_json:
+        try:
+            body = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+        except (ValueError, RecursionError):
+            pass   # hashed as sent; the parser rejects it with 422
+    digest = hashlib.sha256()
+    for part in (request.method.encode(), request.full_path.encode(), body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _recorded(scope: str, key: str) -> IdempotencyKey | None:
+    return (IdempotencyKey.select()
+            .where((IdempotencyKey.scope == scope) & (IdempotencyKey.key == key)
+                   & (IdempotencyKey.expires_at > utcnow()) & (IdempotencyKey.status > 0))
+            .first())
+
+
+def _replay(recorded: IdempotencyKey, digest: str) -> Response:
+    if recorded.request_hash != digest:
+        raise ValidationFailed.field(HEADER, "This key was already used for another request (method, path or "
+                                             "body); use a new key for a new request.")
+    response = Response(bytes(recorded.body), status=recorded.status)
+    for name, value in recorded.headers.items():
+        response.headers[name] = value
+    response.headers[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _insert(scope: str, key: str, digest: str) -> IdempotencyKey:
+    now = utcnow()
+    IdempotencyKey.delete().where((IdempotencyKey.scope == scope) & (IdempotencyKey.key == key)
+                                  & (IdempotencyKey.expires_at <= now)).execute()
+    if is_postgres():
+        # Waiting here means another request with this key is running; bound the wait.
+        database.execute_sql(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
+    try:
+        with database.atomic():   # a savepoint: a failed insert leaves the transaction usable
+            return IdempotencyKey.create(scope=scope, key=key, request_hash=digest, status=0, headers={},
+                                         body=b"", created_at=now, expires_at=now + KEEP)
+    finally:
+        if is_postgres():
+            database.execute_sql("SET LOCAL lock_timeout TO DEFAULT")
+
+
+def _lock_wait_expired(exc: pw.OperationalError) -> bool:
+    return sqlstate(exc) == _LOCK_NOT_AVAILABLE
+
+
+def _purge_now_and_then() -> None:
+    """Delete keys past their 24 hours, at most every PURGE_EVERY_SECONDS per process."""
+    global _next_purge
+    now = time.monotonic()
+    if now < _next_purge:
+        return
+    _next_purge = now + PURGE_EVERY_SECONDS
+    expired = (IdempotencyKey.select(IdempotencyKey.id).where(IdempotencyKey.expires_at <= utcnow())
+               .limit(PURGE_BATCH))
+    IdempotencyKey.delete().where(IdempotencyKey.id.in_(expired)).execute()
+
+
+class IdempotencySpecPlugin(BasePlugin):
+    """Documents the Idempotency-Key header, and the 409 and 422 it can cause, on every POST."""
+
+    def init_spec(self, spec) -> None:
+        spec.components.parameter("IdempotencyKey", "header", {
+            "name": HEADER, "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
+            "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
+                           "gets the first response again (with `Idempotent-Replayed: true`); the same key "
+                           "with another body is 422; a retry while the first is still running waits for "
+                           "it (409, or 503 on SQLite, if that takes too long). 2xx and 4xx answers are kept, except 401, "
+                           "403 and 429; a 5xx keeps nothing and changes nothing. Keys belong to the "
+                           "token that sent them (to the client IP without a token).",
+        })
+
+    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
+        post = (operations or {}).get("post")
+        if post is None:
+            return
+        post.setdefault("parameters", []).append("IdempotencyKey")
+        responses = post.setdefault("responses", {})
+        for status, name in ((409, "CONFLICT"), (422, "UNPROCESSABLE_ENTITY")):
+            if not any(str(code) == str(status) for code in responses):
+                responses[status] = name

@@ -1,0 +1,238 @@
+"""Acceptance 1: every endpoint x every kind of caller gives the documented status and never shows
+data outside the caller's scope (OWASP API1, object-level authorization).
+
+One row per endpoint in ENDPOINTS; a new endpoint is one more line. Callers: the workspace's
+admin, the North manager and the North agent n1 (all with every ability), a token of the admin
+that lacks the row's ability, a revoked token, and another workspace's admin. Lead-addressed rows
+run against a lead of n1 (North: visible to all three roles) and a lead of s1 (South: the admin
+only; for the North manager and agent it does not exist).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from conftest import ROLE_EMAILS, Tenant, standard_setup
+from leadsvc.auth import ABILITIES, AGENT_EXCLUDED, issue_token, revoke_token
+from leadsvc.db import database, make_database
+from leadsvc.models import Lead, Member, Workspace
+from leadsvc.provision import apply_setup, parse_setup
+
+
+def new_lead(tenant: Tenant) -> dict:
+    return {"first_name": "Matrix", "email": f"matrix.{uuid.uuid4().hex}@example.com"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str                                   # "{lead}" stands for the target lead's id
+    ability: str | None                         # None: any valid token will do
+    body: Callable[[Tenant], dict] | None = None
+    success: int = 200
+    # What a success shows, and so what is checked: "lead" (data is the addressed lead), "leads" (a
+    # page of leads: exactly the caller's scope), "created" (a new lead, in the caller's workspace),
+    # "reference" (one workspace's reference data), "other" (the status and that no lead outside
+    # the scope leaks into the body: notes, history, reports, CSV).
+    shows: str = "lead"
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+    @property
+    def addresses_a_lead(self) -> bool:
+        return "{lead}" in self.path
+
+
+ENDPOINTS = [
+    Endpoint("GET", "/api/v1/leads", "leads:read", shows="leads"),
+    Endpoint("POST", "/api/v1/leads", "leads:create", new_lead, success=201, shows="created"),
+    Endpoint("GET", "/api/v1/leads/{lead}", "leads:read"),
+    Endpoint("GET", "/api/v1/leads/{lead}?include=activities,notes", "leads:read"),
+    Endpoint("PATCH", "/api/v1/leads/{lead}", "leads:update", lambda t: {"first_name": "Renamed"}),
+    Endpoint("POST", "/api/v1/leads/{lead}/status", "leads:status", lambda t: {"status": t.ids.statuses["Contacted"]}),
+    Endpoint("GET", "/api/v1/statuses", None, shows="reference"),
+    Endpoint("GET", "/api/v1/sources", None, shows="reference"),
+    Endpoint("GET", "/api/v1/members", None, shows="reference"),
+    Endpoint("GET", "/api/v1/teams", None, shows="reference"),
+    Endpoint("GET", "/api/v1/custom-fields", None, shows="reference"),
+]
+
+CALLERS = ["admin", "manager", "agent", "lacking", "revoked", "foreign"]
+TARGETS = {"team": "n1@t.test", "other_team": "s1@t.test"}   # who owns the lead a row addresses
+
+
+def cases():
+    for endpoint in ENDPOINTS:
+        for caller in CALLERS:
+            for target in (TARGETS if endpoint.addresses_a_lead else [None]):
+                yield pytest.param(endpoint, caller, target, id=f"{endpoint}-{caller}" + (f"-{target}" if target else ""))
+
+
+def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
+    """The documented answer (DESIGN section 3): 401, then 403, then 404 outside the scope."""
+    if caller == "revoked":
+        return 401
+    if endpoint.ability and (caller == "lacking" or (caller == "agent" and endpoint.ability in AGENT_EXCLUDED)):
+        return 403
+    if endpoint.addresses_a_lead and (caller == "foreign" or (target == "other_team" and caller != "admin")):
+        return 404
+    return endpoint.success
+
+
+@dataclass
+class World:
+    ws: Tenant
+    other_ws: Tenant
+    leads: dict[str, dict]           # target -> the lead document as its owner's admin sees it
+
+    def headers(self, caller: str, endpoint: Endpoint) -> dict[str, str]:
+        if caller in ROLE_EMAILS:
+            return self.ws.headers(ROLE_EMAILS[caller])
+        if caller == "foreign":
+            return self.other_ws.headers()
+        if caller == "lacking":
+            others = tuple(a for a in ABILITIES if a != endpoint.ability) if endpoint.ability else ("leads:create",)
+            return self.ws.headers("admin@t.test", others)
+        token, secret = issue_token(self.ws.member("admin@t.test"), ["*"], name="revoked")
+        revoke_token(token.public_id)
+        return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture(scope="module")
+def tenants(database_url) -> tuple[Tenant, Tenant]:
+    """Two workspaces for the whole module (their tokens are cached): the matrix has many rows."""
+    database.initialize(make_database(database_url))
+    return tuple(Tenant(apply_setup(parse_setup(standard_setup(f"Matrix {uuid.uuid4().hex[:10]}"))))
+                 for _ in range(2))
+
+
+@pytest.fixture
+def world(request, client, tenants) -> World:
+    """Fresh target leads for each case (rows change them: a stage move succeeds only once), made
+    only where the row looks at them: its one target lead, or both for lists and other reads."""
+    ws, other_ws = tenants
+    admin = ws.headers()
+    endpoint, target = request.node.callspec.params.get("endpoint"), request.node.callspec.params.get("target")
+    looks_at_all = endpoint is None or endpoint.shows in ("leads", "other")
+    wanted = [target] if target else list(TARGETS) if looks_at_all else []
+    leads = {}
+    for target, owner in ((t, TARGETS[t]) for t in wanted):
+        lead = client.post("/api/v1/leads", json=new_lead(ws), headers=admin).json["data"]
+        moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members[owner]}, headers=admin)
+        assert moved.status_code == 200
+        leads[target] = moved.json["data"]
+    return World(ws, other_ws, leads)
+
+
+@pytest.mark.parametrize("endpoint, caller, target", list(cases()))
+def test_scope_matrix(client, world, endpoint, caller, target):
+    lead = world.leads.get(target)
+    path = endpoint.path.replace("{lead}", lead["id"]) if lead else endpoint.path
+    headers = world.headers(caller, endpoint)
+    body = endpoint.body(world.ws) if endpoint.body else None
+    response = client.open(path, method=endpoint.method, json=body, headers=headers)
+
+    status = expected_status(endpoint, caller, target)
+    assert response.status_code == status, response.get_data(as_text=True)[:300]
+    if status >= 400:
+        assert response.content_type == "application/problem+json"
+        assert_shows_no_lead(response, world, except_ids=())
+        return
+    assert_within_scope(response, endpoint, caller, world, lead)
+
+
+def assert_within_scope(response, endpoint: Endpoint, caller: str, world: World, lead: dict | None) -> None:
+    data = response.json["data"] if response.is_json else None
+    if endpoint.shows == "lead":
+        assert data["id"] == lead["id"]
+    elif endpoint.shows == "leads":
+        ids = {row["id"] for row in data}
+        targets = {lead["id"] for lead in world.leads.values()}
+        assert ids & targets == visible_ids(caller, world), f"{caller} sees the matrix leads of its scope"
+        assert all(in_scope(caller, world, row) for row in Lead.select().where(Lead.public_id.in_(list(ids)))), \
+            f"every lead {caller} lists is in its scope"
+    elif endpoint.shows == "created":
+        workspace = world.other_ws if caller == "foreign" else world.ws
+        created = Lead.get(Lead.public_id == data["id"])
+        assert created.workspace_id == Workspace.get(Workspace.public_id == workspace.public_id).id
+    elif endpoint.shows == "reference":
+        ids = {row["id"] for row in data}
+        theirs = world.ws if caller == "foreign" else world.other_ws
+        assert ids and not ids & all_ids(theirs), "reference data of one workspace only"
+    if caller == "foreign" or endpoint.shows in ("leads", "other"):
+        allowed = visible_ids(caller, world) | ({data["id"]} if endpoint.shows == "created" else set())
+        assert_shows_no_lead(response, world, except_ids=allowed)
+
+
+def visible_ids(caller: str, world: World) -> set[str]:
+    """The ids of the case's target leads that a caller may see."""
+    sees = {"admin": set(TARGETS), "manager": {"team"}, "agent": {"team"}}.get(caller, set())
+    return {lead["id"] for target, lead in world.leads.items() if target in sees}
+
+
+def in_scope(caller: str, world: World, lead: Lead) -> bool:
+    workspace = Workspace.get(Workspace.public_id == world.ws.public_id).id
+    if caller == "admin":
+        return lead.workspace_id == workspace
+    member = Member.get(Member.public_id == world.ws.ids.members[ROLE_EMAILS[caller]])
+    return lead.team_id == member.team_id if caller == "manager" else lead.owner_id == member.id
+
+
+def assert_shows_no_lead(response, world: World, except_ids) -> None:
+    """Neither the id nor the contact of a lead outside `except_ids` appears anywhere in the answer."""
+    text = response.get_data(as_text=True)
+    for lead in world.leads.values():
+        if lead["id"] not in except_ids:
+            assert lead["contact"]["email"] not in text
+            if response.status_code < 400:
+                assert lead["id"] not in text
+
+
+def all_ids(tenant: Tenant) -> set[str]:
+    ids = tenant.ids
+    return {tenant.public_id, *ids.teams.values(), *ids.members.values(), *ids.statuses.values(),
+            *ids.sources.values(), *ids.custom_fields.values()}
+
+
+# --- rules the matrix cannot show row by row -----------------------------------------------------
+
+def test_a_duplicate_outside_the_scope_is_409_and_shows_nothing(client, world):
+    theirs = world.leads["other_team"]
+    response = client.post("/api/v1/leads", json={"email": theirs["contact"]["email"]},
+                           headers=world.ws.headers(ROLE_EMAILS["agent"]))
+    assert response.status_code == 409 and response.json["code"] == "conflict"
+    assert theirs["id"] not in response.get_data(as_text=True)
+
+
+def test_a_foreign_workspace_can_reuse_a_contact_without_seeing_the_lead(client, world):
+    mine = world.leads["team"]
+    response = client.post("/api/v1/leads", json={"email": mine["contact"]["email"]}, headers=world.other_ws.headers())
+    assert response.status_code == 201 and response.json["duplicate"] is False
+    assert response.json["data"]["id"] != mine["id"]
+
+
+def test_filters_cannot_widen_the_scope(client, world):
+    theirs = world.leads["other_team"]
+    query = f"/api/v1/leads?filter[owner]={world.ws.ids.members['s1@t.test']}"
+    response = client.get(query, headers=world.ws.headers(ROLE_EMAILS["manager"]))
+    assert response.status_code == 200 and response.json["data"] == []
+    assert theirs["contact"]["email"] not in response.get_data(as_text=True)
+
+
+def test_an_agent_cannot_assign_a_lead_away_or_to_another_team(client, world):
+    mine = world.leads["team"]
+    response = client.patch(f"/api/v1/leads/{mine['id']}", json={"owner": world.ws.ids.members["s1@t.test"]},
+                            headers=world.ws.headers(ROLE_EMAILS["agent"]))
+    assert response.status_code == 403
+
+
+def test_a_manager_cannot_assign_outside_its_team(client, world):
+    mine = world.leads["team"]
+    response = client.patch(f"/api/v1/leads/{mine['id']}", json={"owner": world.ws.ids.members["s1@t.test"]},
+                            headers=world.ws.headers(ROLE_EMAILS["manager"]))
+    assert response.status_code == 422 and "owner" in response.json["errors"]
