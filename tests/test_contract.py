@@ -191,3 +191,10 @@ def test_migrations_build_the_schema_the_models_declare(app, backend, tmp_path, 
     assert schema == schema_of(database.obj), "the test run's own database is migrated like a fresh one"
     for db in (migrated, from_models):
         db.close()
+
+
+def test_the_readme_documents_every_setting():
+    readme = (ROOT / "README.md").read_text()
+    missing = [f"{section}.{key}" for section, keys in DEFAULTS.items() for key in keys
+               if f"`{section}.{key}`" not in readme]
+    assert not missing, f"README's configuration table lacks {missing}"
