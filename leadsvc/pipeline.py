@@ -19,8 +19,7 @@ from . import routing
 from .auth import Caller, lead_scope, member_scope
 from .db import any_of, database, for_update
 from .documents import Refs, etag
-from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Status,
-                     Token, Transition, Workspace, utcnow)
+from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition, Workspace, utcnow)
 from .problems import Conflict, PreconditionFailed, ValidationFailed
 from .scoring import ENGAGEMENT_POINTS, score_lead
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from conftest import ROLE_EMAILS
 from leadsvc.cli import cli
-from leadsvc.models import Activity, Lead, Member, Team
+from leadsvc.models import Activity, Lead, Team
 
 HEADER = ["first_name", "last_name", "phone", "email", "source", "estimated_value",
           "product_interest", "budget_confirmed", "family_size", "site_visit_on"]

@@ -3,7 +3,6 @@ headers, a limit shared through Redis, and per-process limits when Redis is down
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import uuid
