@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
+import json
 import operator
 import sqlite3
 import threading
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -80,8 +83,14 @@ def init_app(app: Flask) -> None:
     # the database.
     @app.teardown_request
     def close_connection(exc: BaseException | None) -> None:
-        if not database.is_closed():
-            database.close()   # with a pool this returns the connection
+        if database.is_closed():
+            return
+        if (isinstance(database.obj, pw.SqliteDatabase) and not database.in_transaction()
+                and not database.connection().in_transaction):
+            # Each serving thread keeps its idle SQLite connection: opening one (file, pragmas,
+            # schema) and closing it cost more than a page of leads, under a lock all threads share.
+            return
+        database.close()   # with a pool this returns the connection
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -101,6 +110,53 @@ def for_update(query: pw.Select) -> pw.Select:
 def any_of(clauses: list[pw.Expression]) -> pw.Expression:
     """clause OR clause OR ...; the clauses must not be empty."""
     return functools.reduce(operator.or_, clauses)
+
+
+# --- plain rows ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _row_type(names: tuple[str, ...]) -> type:
+    return collections.namedtuple("Row", names, rename=True)
+
+
+def _sqlite_datetime(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _sqlite_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def plain_rows(query: pw.ModelSelect) -> list[Any]:
+    """A model query's rows as named tuples with the model's attribute names (`source_id` for a
+    foreign key) and the values its fields would give, without building model instances: for a
+    page of rows that is most of the cost. Queries that select anything but the model's own
+    fields come back as models."""
+    model = query.model
+    fields = query._returning
+    if not all(isinstance(f, pw.Field) and f.model is model for f in fields):
+        return list(query)
+    names = tuple(f.object_id_name if isinstance(f, pw.ForeignKeyField) else f.name for f in fields)
+    sqlite = not is_postgres()
+    converters = []
+    for i, f in enumerate(fields):
+        if isinstance(f, pw.DecimalField) or isinstance(f, pw.BooleanField):
+            converters.append((i, f.python_value))
+        elif sqlite and isinstance(f, (pw.DateTimeField, pw.JSONField)):
+            # PostgreSQL's driver already gives datetimes and decoded JSON.
+            converters.append((i, _sqlite_datetime if isinstance(f, pw.DateTimeField) else _sqlite_json))
+    make = _row_type(names)._make
+    rows = database.execute(query).fetchall()
+    if not converters:
+        return [make(row) for row in rows]
+    result = []
+    for row in rows:
+        values = list(row)
+        for i, convert in converters:
+            if values[i] is not None:
+                values[i] = convert(values[i])
+        result.append(make(values))
+    return result
 
 
 def ping() -> None:

@@ -1,13 +1,14 @@
 """The JSON documents the API returns for leads and their history, built without per-row queries.
 
 A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams) by
-internal id, loaded once per request, so a page of leads is one query plus four tiny ones and
-no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
+internal id, cached per process while the workspace's refs_version stands, so a page of leads
+is one query and no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
 OpenAPI; a test keeps the two in step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Mapping
 
 from flask import Response, g
 
+from .db import database
 from .models import CustomField, Form, Member, Source, Status, Team, Token, Workspace
 from .schemas import rfc3339
 from .scoring import band
@@ -53,13 +55,33 @@ class Refs:
         return next((row for row in table.values() if row.public_id == public_id), None)
 
 
+# (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
+# process while the workspace's refs_version (bumped by triggers on every change) stands.
+_refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
+_REFS_CACHE_SIZE = 256
+
+
+def cached_refs(workspace: Workspace, settings: dict) -> Refs:
+    """The workspace's reference tables as of its refs_version, read from the database only when
+    that version moved; the workspace row and settings are the caller's own."""
+    key = (id(database.obj), workspace.id)
+    hit = _refs_cache.get(key)
+    if hit is None or hit[0] != workspace.refs_version:
+        # Loaded after the version was read, so a cached entry is never older than its version.
+        hit = (workspace.refs_version, Refs.load(workspace, settings))
+        if len(_refs_cache) >= _REFS_CACHE_SIZE:
+            _refs_cache.clear()
+        _refs_cache[key] = hit
+    return dataclasses.replace(hit[1], workspace=workspace, settings=settings)
+
+
 def request_refs() -> Refs:
-    """The caller's workspace reference tables, loaded once per request."""
+    """The caller's workspace reference tables, once per request (from the process cache)."""
     from .auth import caller
     from .config import settings
 
     if "refs" not in g:
-        g.refs = Refs.load(caller().workspace, settings())
+        g.refs = cached_refs(caller().workspace, settings())
     return g.refs
 
 

@@ -66,6 +66,9 @@ class Workspace(BaseModel):
     # Round-robin position of the fallback rotation (the last member it gave a lead to).
     rotation_last_member_id = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
+    # Bumped by database triggers whenever the workspace's statuses, sources, members, teams or
+    # custom fields change (migration 0004): documents.Refs caches them per process until it moves.
+    refs_version = pw.IntegerField(default=0)
 
 
 class Team(BaseModel):
