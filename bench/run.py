@@ -397,6 +397,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
+    parser.add_argument("--build-only", action="store_true", help="build (or check) the databases and stop")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install wrk (make bench does this)")
@@ -410,9 +411,14 @@ def main() -> None:
     for backend in backends:
         db = Database(backend, args.leads)
         tokens, builds[backend] = db.ensure()
+        if args.build_only:
+            log(f"{backend}: {json.dumps(builds[backend])}")
+            continue
         results.append(measure(db, tokens, args.duration))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
+    if args.build_only:
+        return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
     if not args.no_write:

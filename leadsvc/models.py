@@ -217,6 +217,14 @@ class Lead(BaseModel):
         )
 
 
+class OpenLeadCount(BaseModel):
+    """How many open leads a member owns, for least-open routing. Kept by database triggers on
+    lead and status (migration 0004), so every way a lead is written keeps it right."""
+
+    member = pw.ForeignKeyField(Member, primary_key=True, on_delete="CASCADE", backref="+")
+    open_leads = pw.IntegerField(default=0)
+
+
 class Attributed(BaseModel):
     """Who did something: a token with its member, or a web form."""
 
@@ -281,5 +289,5 @@ class AuditEntry(Attributed):
 
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
-    Transition, Activity, Note, AuditEntry,
+    Transition, Activity, Note, AuditEntry, OpenLeadCount,
 ]

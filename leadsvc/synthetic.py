@@ -403,6 +403,8 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
             written += len(out["lead"])
             if progress:
                 progress(out["size"])
+        if fresh:
+            routing.recount_open_leads(workspace.id)   # its triggers were set aside
     database.execute_sql("ANALYZE lead, transition, activity" if is_postgres() else "ANALYZE")
     return written
 
@@ -455,8 +457,8 @@ def _nothing() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _indexes_built_after(models: Sequence[type[pw.Model]]) -> Iterator[None]:
-    """Set the tables' secondary indexes (and PostgreSQL's foreign keys, checked by a trigger per
-    row) aside, and create them again, exactly as they were, once the rows are in."""
+    """Set the tables' secondary indexes, triggers (and PostgreSQL's foreign keys, checked by a
+    trigger per row) aside, and create them again, exactly as they were, once the rows are in."""
     dropped: list[str] = []
     restore: list[str] = []
     for model in models:
@@ -467,10 +469,19 @@ def _indexes_built_after(models: Sequence[type[pw.Model]]) -> Iterator[None]:
                     "WHERE conrelid = %s::regclass AND contype = 'f'", (f'"{table}"',)).fetchall():
                 dropped.append(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
                 restore.append(f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}')
+            for name, definition in database.execute_sql(
+                    "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
+                    "AND NOT tgisinternal", (f'"{table}"',)).fetchall():
+                dropped.append(f'DROP TRIGGER "{name}" ON "{table}"')
+                restore.append(definition)
             rows = database.execute_sql(
                 "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
                 "WHERE x.indrelid = %s::regclass AND NOT x.indisprimary", (f'"{table}"',)).fetchall()
         else:
+            for name, definition in database.execute_sql(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (table,)).fetchall():
+                dropped.append(f'DROP TRIGGER "{name}"')
+                restore.append(definition)
             rows = database.execute_sql("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
                                         "AND tbl_name = ? AND sql IS NOT NULL", (table,)).fetchall()
         for name, definition in rows:
