@@ -230,14 +230,26 @@ def deep_cursor(server: Server, token: str) -> str:
     return path.split("page%5Bafter%5D=")[1].split("&")[0]
 
 
-def measure(db: Database, tokens: dict, seconds: float) -> dict:
+def query_plans(db: Database) -> dict:
+    """bench/explain.py: every sort, role and depth of the list reads its scope's index in order."""
+    done = subprocess.run([sys.executable, str(BENCH / "explain.py"), db.url], capture_output=True, text=True,
+                          env=service_env(db.url), cwd=CACHE)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    (OUT / f"plans-{db.backend}.txt").write_text(done.stdout + done.stderr)
+    return {"checked": len(lines), "failed": [line.split("|")[0].strip() for line in lines if line.startswith("FAIL")],
+            "error": done.returncode not in (0, 1) or not lines}
+
+
+def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
-    leadsvc = Server("leadsvc-" + db.backend, [str(BIN / "leadsvc"), "serve", "--port", str(LEADSVC_PORT)],
-                     service_env(db.url), LEADSVC_PORT)
+    # --service-root serves the leadsvc package of another checkout (a before/after comparison).
+    env = service_env(db.url, **({"PYTHONPATH": service_root} if service_root else {}))
+    leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
+                     env, LEADSVC_PORT)
     baseline = Server("baseline-" + db.backend, [sys.executable, str(BENCH / "baseline.py"), "--url", db.url,
                                                   "--port", str(BASELINE_PORT), "--threads", "8"],
                       os.environ.copy(), BASELINE_PORT)
-    results: dict = {"backend": db.backend}
+    results: dict = {"backend": db.backend, "plans": query_plans(db)}
     try:
         list_path = "/api/v1/leads"
         for server in (leadsvc, baseline):   # warm caches and connections
@@ -351,6 +363,12 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  c["ratio"] >= TARGETS["create_ratio"]))
     rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
                  r["rss_mb"] < TARGETS["rss_mb"]))
+    plans = r["plans"]
+    rows.append(("list query plans (3 sorts x 3 roles x first/deep page)", "scope index in order, no sort step",
+                 "explain failed" if plans["error"] else
+                 f"{plans['checked'] - len(plans['failed'])} of {plans['checked']} ok"
+                 + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),
+                 not plans["error"] and not plans["failed"]))
     return rows
 
 
@@ -398,6 +416,7 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
     parser.add_argument("--build-only", action="store_true", help="build (or check) the databases and stop")
+    parser.add_argument("--service-root", help="serve leadsvc from this checkout instead (implies --no-write)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install wrk (make bench does this)")
@@ -414,14 +433,14 @@ def main() -> None:
         if args.build_only:
             log(f"{backend}: {json.dumps(builds[backend])}")
             continue
-        results.append(measure(db, tokens, args.duration))
+        results.append(measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
     if args.build_only:
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
-    if not args.no_write:
+    if not args.no_write and not args.service_root:
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

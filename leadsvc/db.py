@@ -12,7 +12,7 @@ import threading
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
@@ -110,6 +110,37 @@ def for_update(query: pw.Select) -> pw.Select:
 def any_of(clauses: list[pw.Expression]) -> pw.Expression:
     """clause OR clause OR ...; the clauses must not be empty."""
     return functools.reduce(operator.or_, clauses)
+
+
+# --- prepared queries ------------------------------------------------------------------------
+
+class Prepared:
+    """A model query whose SQL is generated once per database and then run with new values.
+
+    peewee builds a query's SQL anew on every run, which for a join of three models costs more
+    than running it; a query run on every request is worth building once. `build` makes the query
+    from placeholder strings, which must reach the SQL as parameters (compare them with text
+    columns), and each call swaps the real values in.
+    """
+
+    def __init__(self, build: Callable[..., pw.ModelSelect], arity: int = 1):
+        self.build = build
+        self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
+        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[Any]]] = {}
+
+    def __call__(self, *values: Any) -> list[Any]:
+        """The rows, as the query would give them (models, with joined models attached)."""
+        key = id(database.obj)
+        if key not in self.compiled:
+            query = self.build(*self.placeholders)
+            sql, params = query.sql()
+            if sorted(p for p in params if p in self.placeholders) != sorted(self.placeholders):
+                raise ValueError("every placeholder must be a query parameter")
+            self.compiled[key] = (query, sql, params)
+        query, sql, params = self.compiled[key]
+        index = {p: i for i, p in enumerate(self.placeholders)}
+        bound = [values[index[p]] if isinstance(p, str) and p in index else p for p in params]
+        return list(query._get_cursor_wrapper(database.execute_sql(sql, bound)))
 
 
 # --- plain rows ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ OpenAPI; a test keeps the two in step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -53,6 +54,15 @@ class Refs:
 
     def by_public_id(self, table: dict[int, Any], public_id: str | None) -> Any:
         return next((row for row in table.values() if row.public_id == public_id), None)
+
+    @functools.cached_property
+    def refs_of_leads(self) -> dict[str, dict[int | None, dict | None]]:
+        """The source, status, owner and team objects of lead documents by internal id, built once
+        per request rather than once per lead (attributes of models cost a call each)."""
+        return {"source": {None: None, **{i: ref(r) for i, r in self.sources.items()}},
+                "status": {i: status_ref(r) for i, r in self.statuses.items()},
+                "owner": {None: None, **{i: member_ref(r) for i, r in self.members.items()}},
+                "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}}}
 
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
@@ -115,14 +125,15 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
     """A lead as the API shows it (DESIGN section 5)."""
     first, last = lead.first_name or "", lead.last_name or ""
     value = lead.estimated_value
+    related = refs.refs_of_leads
     return {
         "id": lead.public_id,
         "contact": {"first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(),
                     "phone": lead.phone, "email": lead.email},
-        "source": ref(refs.sources.get(lead.source_id)),
-        "status": status_ref(refs.statuses[lead.status_id]),
-        "owner": member_ref(refs.members.get(lead.owner_id)),
-        "team": ref(refs.teams.get(lead.team_id)),
+        "source": related["source"].get(lead.source_id),
+        "status": related["status"][lead.status_id],
+        "owner": related["owner"].get(lead.owner_id),
+        "team": related["team"].get(lead.team_id),
         "estimated_value": None if value is None else float(value),
         "currency": refs.workspace.currency,
         "custom_fields": lead.custom_fields or {},
