@@ -150,6 +150,14 @@ class Database:
     def restore(self, marks: dict[str, int]) -> None:
         """Delete what the create benchmark added, so the cached database keeps its lead count."""
         with self.connect() as conn:
+            # Creates still queued in the server when wrk stopped land afterwards: wait them out.
+            last, deadline = None, time.monotonic() + 120
+            while time.monotonic() < deadline:
+                now = conn.execute("SELECT COALESCE(MAX(id), 0) FROM activity").fetchone()[0]
+                if now == last:
+                    break
+                last = now
+                time.sleep(3)
             for table in ("activity", "transition", "audit_entry", "lead"):
                 conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
 

@@ -60,12 +60,34 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
                      "synchronous": "normal", "cache_size": -64000},
         )
-    return PooledPostgresqlDatabase(
+    return _PooledPostgres(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
         password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
         max_connections=pool_size, timeout=pool_timeout, stale_timeout=300,
         connect_timeout=max(1, pool_timeout), prefer_psycopg3=True,
     )
+
+
+class _PooledPostgres(PooledPostgresqlDatabase):
+    """The pool, with jsonb read by the C JSON scanner: psycopg's loader (bytes, json.loads and
+    its layers per value) cost more than the rest of fetching a page of leads."""
+
+    def _initialize_connection(self, conn: Any) -> None:
+        super()._initialize_connection(conn)
+        if not getattr(conn, "_leadsvc_loaders", False):   # once per connection, not per checkout
+            conn.adapters.register_loader("jsonb", _jsonb_loader())
+            conn._leadsvc_loaders = True
+
+
+@functools.cache
+def _jsonb_loader() -> type:
+    from psycopg.adapt import Loader   # psycopg is only there with the postgres extra
+
+    class JsonbLoader(Loader):
+        def load(self, data: Any) -> Any:
+            return _json_text(bytes(data).decode())
+
+    return JsonbLoader
 
 
 def is_postgres(db: pw.Database | pw.DatabaseProxy = database) -> bool:
@@ -145,17 +167,44 @@ class Prepared:
 
 # --- plain rows ------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=64)
-def _row_type(names: tuple[str, ...]) -> type:
-    return collections.namedtuple("Row", names, rename=True)
+_json_scan = json.JSONDecoder().scan_once   # the C scanner json.loads ends in, without its layers
 
 
-def _sqlite_datetime(value: Any) -> Any:
-    return datetime.fromisoformat(value) if isinstance(value, str) else value
+def _json_text(text: str) -> Any:
+    try:
+        return _json_scan(text, 0)[0]
+    except StopIteration:   # leading whitespace or invalid: let json.loads say which
+        return json.loads(text)
 
 
-def _sqlite_json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, (str, bytes)) else value
+_row_makers: dict[tuple[int, ...], Callable[[tuple], Any]] = {}
+
+
+def _row_maker(fields: tuple[pw.Field, ...], sqlite: bool) -> Callable[[tuple], Any]:
+    """A function from a database row to a named tuple, with each field's conversion inlined.
+
+    It is generated once per selection: a loop over the columns with a call per value costs more
+    than the query of a page. SQLite gives datetimes and JSON as text; PostgreSQL's driver
+    already gives datetimes and decoded JSON.
+    """
+    key = (sqlite, *map(id, fields))
+    if key not in _row_makers:
+        names = tuple(f.object_id_name if isinstance(f, pw.ForeignKeyField) else f.name for f in fields)
+        namespace: dict[str, Any] = {"_new": tuple.__new__, "_cls": collections.namedtuple("Row", names, rename=True),
+                                     "_dt": datetime.fromisoformat, "_json": _json_text}
+        values = []
+        for i, f in enumerate(fields):
+            value = f"r[{i}]"
+            if isinstance(f, (pw.DecimalField, pw.BooleanField)):
+                namespace[f"_f{i}"] = f.python_value
+                value = f"(None if {value} is None else _f{i}({value}))"
+            elif sqlite and isinstance(f, pw.DateTimeField):
+                value = f"(_dt({value}) if {value}.__class__ is str else {value})"
+            elif sqlite and isinstance(f, pw.JSONField):
+                value = f"(_json({value}) if {value}.__class__ is str else {value})"
+            values.append(value)
+        _row_makers[key] = eval(f"lambda r: _new(_cls, ({', '.join(values)},))", namespace)
+    return _row_makers[key]
 
 
 def plain_rows(query: pw.ModelSelect) -> list[Any]:
@@ -163,31 +212,11 @@ def plain_rows(query: pw.ModelSelect) -> list[Any]:
     foreign key) and the values its fields would give, without building model instances: for a
     page of rows that is most of the cost. Queries that select anything but the model's own
     fields come back as models."""
-    model = query.model
-    fields = query._returning
-    if not all(isinstance(f, pw.Field) and f.model is model for f in fields):
+    fields = tuple(query._returning)
+    if not all(isinstance(f, pw.Field) and f.model is query.model for f in fields):
         return list(query)
-    names = tuple(f.object_id_name if isinstance(f, pw.ForeignKeyField) else f.name for f in fields)
-    sqlite = not is_postgres()
-    converters = []
-    for i, f in enumerate(fields):
-        if isinstance(f, pw.DecimalField) or isinstance(f, pw.BooleanField):
-            converters.append((i, f.python_value))
-        elif sqlite and isinstance(f, (pw.DateTimeField, pw.JSONField)):
-            # PostgreSQL's driver already gives datetimes and decoded JSON.
-            converters.append((i, _sqlite_datetime if isinstance(f, pw.DateTimeField) else _sqlite_json))
-    make = _row_type(names)._make
-    rows = database.execute(query).fetchall()
-    if not converters:
-        return [make(row) for row in rows]
-    result = []
-    for row in rows:
-        values = list(row)
-        for i, convert in converters:
-            if values[i] is not None:
-                values[i] = convert(values[i])
-        result.append(make(values))
-    return result
+    make = _row_maker(fields, sqlite=not is_postgres())
+    return [make(row) for row in database.execute(query).fetchall()]
 
 
 def ping() -> None:
