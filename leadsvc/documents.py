@@ -95,10 +95,13 @@ def request_refs() -> Refs:
     return g.refs
 
 
+# One encoder for every response: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """A JSON response from a document that is already plain data (no second serialization pass)."""
-    response = Response(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), status=status,
-                        mimetype="application/json")
+    response = Response(_encode(payload), status=status, mimetype="application/json")
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -194,8 +195,13 @@ class LeadListQuery(LeadFilterQuery):
 
 
 def unknown_filters(args: Iterable[str], schema: type[ma.Schema] = LeadFilterQuery) -> list[str]:
-    known = {f.data_key for f in schema().fields.values()}
+    known = _filter_keys(schema)
     return sorted(key for key in args if FILTER_KEY.match(key) and key not in known)
+
+
+@functools.cache
+def _filter_keys(schema: type[ma.Schema]) -> frozenset[str]:
+    return frozenset(f.data_key for f in schema().fields.values())   # a schema instance per request costs
 
 
 # --- applying filters ------------------------------------------------------------------------
