@@ -228,9 +228,11 @@ class OpenLeadCount(BaseModel):
 class Attributed(BaseModel):
     """Who did something: a token with its member, or a web form."""
 
-    actor_token = pw.ForeignKeyField(Token, null=True, backref="+")
-    actor_member = pw.ForeignKeyField(Member, null=True, backref="+")
-    actor_form = pw.ForeignKeyField(Form, null=True, backref="+")
+    # Not indexed: nothing looks history up by its actor, and every index is written by every
+    # change of a lead (migration 0004 dropped them).
+    actor_token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
+    actor_member = pw.ForeignKeyField(Member, null=True, backref="+", index=False)
+    actor_form = pw.ForeignKeyField(Form, null=True, backref="+", index=False)
 
 
 class Transition(Attributed):
