@@ -19,9 +19,15 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# dist/leadsvc.pyz: one file that runs with any Python 3.11+ (see docs/deploy.md).
+# dist/leadsvc.pyz: one file that runs with any Python 3.11+ (see README, Deployment).
 dist: $(STAMP)
 	$(BIN)/python tools/build_pyz.py --output dist/leadsvc.pyz
+
+# Not part of `make test`: builds (once, cached in bench/.cache/ and the PostgreSQL database
+# leadsvc_bench) a 1,000,000-lead database per backend, then measures leadsvc against bench/baseline.py.
+bench: $(STAMP)
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || { echo "bench needs wrk: apt-get install wrk"; exit 1; }
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 openapi: $(STAMP)
 	@mkdir -p schemas

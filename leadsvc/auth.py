@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import peewee as pw
 from flask import g, request
 
+from .db import Prepared
 from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
@@ -119,6 +120,12 @@ def current_caller() -> Caller | None:
         return None
 
 
+# Every request runs it: its SQL is built once per database.
+_token_by_hash = Prepared(lambda digest: Token.select(Token, Member, Workspace)
+                          .join(Member).switch(Token).join(Workspace)
+                          .where(Token.secret_hash == digest).limit(1))
+
+
 def _lookup_caller() -> Caller:
     header = request.headers.get("Authorization")
     if not header:
@@ -127,9 +134,7 @@ def _lookup_caller() -> Caller:
     if secret is None or not TOKEN_PATTERN.match(secret):
         raise Unauthenticated("The Authorization header must be 'Bearer lsk_...'.")
     digest = hash_token(secret)
-    token = (Token.select(Token, Member, Workspace)
-             .join(Member).switch(Token).join(Workspace)
-             .where(Token.secret_hash == digest).first())
+    token = next(iter(_token_by_hash(digest)), None)
     if token is None or not hmac.compare_digest(token.secret_hash, digest):
         raise Unauthenticated("The token is not known.")
     now = utcnow()

@@ -129,15 +129,20 @@ def setup(ctx: click.Context, file: str, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--leads", "lead_count", type=click.IntRange(min=0), default=0,
+              help="Also add this many synthetic leads (with history) by bulk insert.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the synthetic leads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace and tokens as one JSON object.")
 @click.pass_context
-def demo(ctx: click.Context, as_json: bool) -> None:
+def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
     """Create the demo workspace if absent and print a fresh token for each demo member."""
+    import time
     import tomllib
 
     from .auth import issue_token
-    from .models import Member
+    from .models import Member, Workspace
     from .provision import apply_setup, parse_setup
+    from .synthetic import add_leads
 
     app = _migrated_app(ctx)
     data = parse_setup(tomllib.loads(resources.files("leadsvc").joinpath("demo.toml").read_text()))
@@ -149,6 +154,12 @@ def demo(ctx: click.Context, as_json: bool) -> None:
             token, secret = issue_token(member, ["*"], name="demo")
             tokens[email] = {"id": token.public_id, "token": secret, "member": member_id, "role": member.role,
                              "name": member.name}
+    if lead_count:
+        started = time.monotonic()
+        workspace = Workspace.get(Workspace.public_id == result.workspace)
+        with click.progressbar(length=lead_count, label="Synthetic leads", file=sys.stderr) as bar:
+            written = add_leads(workspace, lead_count, seed=seed, progress=bar.update)
+        click.echo(f"Added {written:,} synthetic leads in {time.monotonic() - started:.1f} s.", err=True)
     if as_json:
         _print_json({"workspace": result.workspace,
                      "tokens": {e: {k: t[k] for k in ("id", "token", "member", "role")} for e, t in tokens.items()}})

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
+import json
 import operator
 import sqlite3
 import threading
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
@@ -57,12 +60,34 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
                      "synchronous": "normal", "cache_size": -64000},
         )
-    return PooledPostgresqlDatabase(
+    return _PooledPostgres(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
         password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
         max_connections=pool_size, timeout=pool_timeout, stale_timeout=300,
         connect_timeout=max(1, pool_timeout), prefer_psycopg3=True,
     )
+
+
+class _PooledPostgres(PooledPostgresqlDatabase):
+    """The pool, with jsonb read by the C JSON scanner: psycopg's loader (bytes, json.loads and
+    its layers per value) cost more than the rest of fetching a page of leads."""
+
+    def _initialize_connection(self, conn: Any) -> None:
+        super()._initialize_connection(conn)
+        if not getattr(conn, "_leadsvc_loaders", False):   # once per connection, not per checkout
+            conn.adapters.register_loader("jsonb", _jsonb_loader())
+            conn._leadsvc_loaders = True
+
+
+@functools.cache
+def _jsonb_loader() -> type:
+    from psycopg.adapt import Loader   # psycopg is only there with the postgres extra
+
+    class JsonbLoader(Loader):
+        def load(self, data: Any) -> Any:
+            return _json_text(bytes(data).decode())
+
+    return JsonbLoader
 
 
 def is_postgres(db: pw.Database | pw.DatabaseProxy = database) -> bool:
@@ -80,8 +105,14 @@ def init_app(app: Flask) -> None:
     # the database.
     @app.teardown_request
     def close_connection(exc: BaseException | None) -> None:
-        if not database.is_closed():
-            database.close()   # with a pool this returns the connection
+        if database.is_closed():
+            return
+        if (isinstance(database.obj, pw.SqliteDatabase) and not database.in_transaction()
+                and not database.connection().in_transaction):
+            # Each serving thread keeps its idle SQLite connection: opening one (file, pragmas,
+            # schema) and closing it cost more than a page of leads, under a lock all threads share.
+            return
+        database.close()   # with a pool this returns the connection
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -110,6 +141,91 @@ def for_update(query: pw.Select) -> pw.Select:
 def any_of(clauses: list[pw.Expression]) -> pw.Expression:
     """clause OR clause OR ...; the clauses must not be empty."""
     return functools.reduce(operator.or_, clauses)
+
+
+# --- prepared queries ------------------------------------------------------------------------
+
+class Prepared:
+    """A model query whose SQL is generated once per database and then run with new values.
+
+    peewee builds a query's SQL anew on every run, which for a join of three models costs more
+    than running it; a query run on every request is worth building once. `build` makes the query
+    from placeholder strings, which must reach the SQL as parameters (compare them with text
+    columns), and each call swaps the real values in.
+    """
+
+    def __init__(self, build: Callable[..., pw.ModelSelect], arity: int = 1):
+        self.build = build
+        self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
+        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[Any]]] = {}
+
+    def __call__(self, *values: Any) -> list[Any]:
+        """The rows, as the query would give them (models, with joined models attached)."""
+        key = id(database.obj)
+        if key not in self.compiled:
+            query = self.build(*self.placeholders)
+            sql, params = query.sql()
+            if sorted(p for p in params if p in self.placeholders) != sorted(self.placeholders):
+                raise ValueError("every placeholder must be a query parameter")
+            self.compiled[key] = (query, sql, params)
+        query, sql, params = self.compiled[key]
+        index = {p: i for i, p in enumerate(self.placeholders)}
+        bound = [values[index[p]] if isinstance(p, str) and p in index else p for p in params]
+        return list(query._get_cursor_wrapper(database.execute_sql(sql, bound)))
+
+
+# --- plain rows ------------------------------------------------------------------------------
+
+_json_scan = json.JSONDecoder().scan_once   # the C scanner json.loads ends in, without its layers
+
+
+def _json_text(text: str) -> Any:
+    try:
+        return _json_scan(text, 0)[0]
+    except StopIteration:   # leading whitespace or invalid: let json.loads say which
+        return json.loads(text)
+
+
+_row_makers: dict[tuple[int, ...], Callable[[tuple], Any]] = {}
+
+
+def _row_maker(fields: tuple[pw.Field, ...], sqlite: bool) -> Callable[[tuple], Any]:
+    """A function from a database row to a named tuple, with each field's conversion inlined.
+
+    It is generated once per selection: a loop over the columns with a call per value costs more
+    than the query of a page. SQLite gives datetimes and JSON as text; PostgreSQL's driver
+    already gives datetimes and decoded JSON.
+    """
+    key = (sqlite, *map(id, fields))
+    if key not in _row_makers:
+        names = tuple(f.object_id_name if isinstance(f, pw.ForeignKeyField) else f.name for f in fields)
+        namespace: dict[str, Any] = {"_new": tuple.__new__, "_cls": collections.namedtuple("Row", names, rename=True),
+                                     "_dt": datetime.fromisoformat, "_json": _json_text}
+        values = []
+        for i, f in enumerate(fields):
+            value = f"r[{i}]"
+            if isinstance(f, (pw.DecimalField, pw.BooleanField)):
+                namespace[f"_f{i}"] = f.python_value
+                value = f"(None if {value} is None else _f{i}({value}))"
+            elif sqlite and isinstance(f, pw.DateTimeField):
+                value = f"(_dt({value}) if {value}.__class__ is str else {value})"
+            elif sqlite and isinstance(f, pw.JSONField):
+                value = f"(_json({value}) if {value}.__class__ is str else {value})"
+            values.append(value)
+        _row_makers[key] = eval(f"lambda r: _new(_cls, ({', '.join(values)},))", namespace)
+    return _row_makers[key]
+
+
+def plain_rows(query: pw.ModelSelect) -> list[Any]:
+    """A model query's rows as named tuples with the model's attribute names (`source_id` for a
+    foreign key) and the values its fields would give, without building model instances: for a
+    page of rows that is most of the cost. Queries that select anything but the model's own
+    fields come back as models."""
+    fields = tuple(query._returning)
+    if not all(isinstance(f, pw.Field) and f.model is query.model for f in fields):
+        return list(query)
+    make = _row_maker(fields, sqlite=not is_postgres())
+    return [make(row) for row in database.execute(query).fetchall()]
 
 
 def ping() -> None:

@@ -1,13 +1,15 @@
 """The JSON documents the API returns for leads and their history, built without per-row queries.
 
 A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams) by
-internal id, loaded once per request, so a page of leads is one query plus four tiny ones and
-no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
+internal id, cached per process while the workspace's refs_version stands, so a page of leads
+is one query and no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
 OpenAPI; a test keeps the two in step.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any, Mapping
 
 from flask import Response, g
 
+from .db import database
 from .models import CustomField, Form, Member, Source, Status, Team, Token, Workspace
 from .schemas import rfc3339
 from .scoring import band
@@ -52,21 +55,53 @@ class Refs:
     def by_public_id(self, table: dict[int, Any], public_id: str | None) -> Any:
         return next((row for row in table.values() if row.public_id == public_id), None)
 
+    @functools.cached_property
+    def refs_of_leads(self) -> dict[str, dict[int | None, dict | None]]:
+        """The source, status, owner and team objects of lead documents by internal id, built once
+        per request rather than once per lead (attributes of models cost a call each)."""
+        return {"source": {None: None, **{i: ref(r) for i, r in self.sources.items()}},
+                "status": {i: status_ref(r) for i, r in self.statuses.items()},
+                "owner": {None: None, **{i: member_ref(r) for i, r in self.members.items()}},
+                "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}}}
+
+
+# (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
+# process while the workspace's refs_version (bumped by triggers on every change) stands.
+_refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
+_REFS_CACHE_SIZE = 256
+
+
+def cached_refs(workspace: Workspace, settings: dict) -> Refs:
+    """The workspace's reference tables as of its refs_version, read from the database only when
+    that version moved; the workspace row and settings are the caller's own."""
+    key = (id(database.obj), workspace.id)
+    hit = _refs_cache.get(key)
+    if hit is None or hit[0] != workspace.refs_version:
+        # Loaded after the version was read, so a cached entry is never older than its version.
+        hit = (workspace.refs_version, Refs.load(workspace, settings))
+        if len(_refs_cache) >= _REFS_CACHE_SIZE:
+            _refs_cache.clear()
+        _refs_cache[key] = hit
+    return dataclasses.replace(hit[1], workspace=workspace, settings=settings)
+
 
 def request_refs() -> Refs:
-    """The caller's workspace reference tables, loaded once per request."""
+    """The caller's workspace reference tables, once per request (from the process cache)."""
     from .auth import caller
     from .config import settings
 
     if "refs" not in g:
-        g.refs = Refs.load(caller().workspace, settings())
+        g.refs = cached_refs(caller().workspace, settings())
     return g.refs
+
+
+# One encoder for every response: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """A JSON response from a document that is already plain data (no second serialization pass)."""
-    response = Response(json.dumps(payload, ensure_ascii=False, separators=(",", ":")), status=status,
-                        mimetype="application/json")
+    response = Response(_encode(payload), status=status, mimetype="application/json")
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
@@ -93,14 +128,15 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
     """A lead as the API shows it (DESIGN section 5)."""
     first, last = lead.first_name or "", lead.last_name or ""
     value = lead.estimated_value
+    related = refs.refs_of_leads
     return {
         "id": lead.public_id,
         "contact": {"first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(),
                     "phone": lead.phone, "email": lead.email},
-        "source": ref(refs.sources.get(lead.source_id)),
-        "status": status_ref(refs.statuses[lead.status_id]),
-        "owner": member_ref(refs.members.get(lead.owner_id)),
-        "team": ref(refs.teams.get(lead.team_id)),
+        "source": related["source"].get(lead.source_id),
+        "status": related["status"][lead.status_id],
+        "owner": related["owner"].get(lead.owner_id),
+        "team": related["team"].get(lead.team_id),
         "estimated_value": None if value is None else float(value),
         "currency": refs.workspace.currency,
         "custom_fields": lead.custom_fields or {},

@@ -38,7 +38,7 @@ def lead_url(public_id: str) -> str:
 @blp.route("")
 class Leads(MethodView):
     @requires("leads:read")
-    @blp.arguments(LeadListQuery, location="query")
+    @blp.arguments(LeadListQuery(), location="query")   # an instance: webargs instantiates a class per request
     @blp.response(200, page_of(LeadSchema, LeadListMetaSchema))
     def get(self, params):
         """List the leads in the caller's scope"""

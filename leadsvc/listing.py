@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -14,7 +15,7 @@ import peewee as pw
 
 from . import cursor
 from .config import Settings
-from .db import any_of
+from .db import any_of, plain_rows
 from .documents import Refs
 from .models import Lead
 from .schemas import public_id_pattern
@@ -194,8 +195,13 @@ class LeadListQuery(LeadFilterQuery):
 
 
 def unknown_filters(args: Iterable[str], schema: type[ma.Schema] = LeadFilterQuery) -> list[str]:
-    known = {f.data_key for f in schema().fields.values()}
+    known = _filter_keys(schema)
     return sorted(key for key in args if FILTER_KEY.match(key) and key not in known)
+
+
+@functools.cache
+def _filter_keys(schema: type[ma.Schema]) -> frozenset[str]:
+    return frozenset(f.data_key for f in schema().fields.values())   # a schema instance per request costs
 
 
 # --- applying filters ------------------------------------------------------------------------
@@ -234,8 +240,8 @@ def binding(sort: str, filters: Mapping[str, Any]) -> str:
     return cursor.fingerprint(sort, normalized)
 
 
-def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, settings: Settings) -> tuple[list[Lead], str | None]:
+def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, settings: Settings) -> tuple[list, str | None]:
     """One page of the filtered, sorted query and the cursor of the next."""
     filters = {key: value for key, value in params.items() if key not in ("sort", "page_size", "page_after")}
     return cursor.page(filter_leads(query, filters, refs, settings), SORTS[params["sort"]], params["page_size"],
-                       binding(params["sort"], filters), params.get("page_after"))
+                       binding(params["sort"], filters), params.get("page_after"), fetch=plain_rows)

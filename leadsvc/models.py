@@ -67,6 +67,9 @@ class Workspace(BaseModel):
     # Round-robin position of the fallback rotation (the last member it gave a lead to).
     rotation_last_member_id = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
+    # Bumped by database triggers whenever the workspace's statuses, sources, members, teams or
+    # custom fields change (migration 0004): documents.Refs caches them per process until it moves.
+    refs_version = pw.IntegerField(default=0)
 
 
 class Team(BaseModel):
@@ -217,12 +220,22 @@ class Lead(BaseModel):
         )
 
 
+class OpenLeadCount(BaseModel):
+    """How many open leads a member owns, for least-open routing. Kept by database triggers on
+    lead and status (migration 0004), so every way a lead is written keeps it right."""
+
+    member = pw.ForeignKeyField(Member, primary_key=True, on_delete="CASCADE", backref="+")
+    open_leads = pw.IntegerField(default=0)
+
+
 class Attributed(BaseModel):
     """Who did something: a token with its member, or a web form."""
 
-    actor_token = pw.ForeignKeyField(Token, null=True, backref="+")
-    actor_member = pw.ForeignKeyField(Member, null=True, backref="+")
-    actor_form = pw.ForeignKeyField(Form, null=True, backref="+")
+    # Not indexed: nothing looks history up by its actor, and every index is written by every
+    # change of a lead (migration 0004 dropped them).
+    actor_token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
+    actor_member = pw.ForeignKeyField(Member, null=True, backref="+", index=False)
+    actor_form = pw.ForeignKeyField(Form, null=True, backref="+", index=False)
 
 
 class Transition(Attributed):
@@ -303,5 +316,5 @@ class IdempotencyKey(BaseModel):
 
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
-    Transition, Activity, Note, AuditEntry, IdempotencyKey,
+    Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount,
 ]

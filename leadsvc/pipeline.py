@@ -207,12 +207,12 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
         raise Conflict("The workspace has no pipeline statuses yet; run leadsvc setup.")
     phone, email = data.get("phone"), data.get("email")
     with database.atomic():
-        # One create at a time per workspace: duplicate checks and rotation see each other.
-        for_update(Workspace.select(Workspace.id).where(Workspace.id == actor.workspace.id)).execute()
+        # One create at a time per workspace: duplicate checks and rotation see each other. The
+        # locked row is read fresh (rotation state).
+        workspace = for_update(Workspace.select().where(Workspace.id == actor.workspace.id)).get()
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
         if existing is not None:
             return _duplicate(existing, matched_on, data, actor)
-        workspace = Workspace.get_by_id(actor.workspace.id)   # fresh rotation state
         assignment = routing.route(workspace, {**data, "source": source.public_id if source else None,
                                                "custom_fields": custom})
         now = utcnow()

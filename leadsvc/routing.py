@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import peewee as pw
 
-from .models import Lead, Member, Rule, Status, Team, Workspace
+from .models import Lead, Member, OpenLeadCount, Rule, Status, Team, Workspace
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,17 @@ def _least_open(agents: list[Member]) -> Member | None:
     """The agent with the fewest open leads; ties go to the earliest member."""
     if not agents:
         return None
-    counts = dict(Lead.select(Lead.owner, pw.fn.COUNT(Lead.id)).join(Status)
-                  .where(Lead.owner.in_([a.id for a in agents]) & (Status.kind == "open"))
-                  .group_by(Lead.owner).tuples())
+    # Counted by triggers as leads are written: counting here would scan the team's leads.
+    counts = dict(OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
+                  .where(OpenLeadCount.member.in_([a.id for a in agents])).tuples())
     return min(agents, key=lambda a: (counts.get(a.id, 0), a.id))
+
+
+def recount_open_leads(workspace_id: int) -> None:
+    """Count the workspace's open leads per owner afresh (after a bulk load that set the triggers aside)."""
+    members = Member.select(Member.id).where(Member.workspace == workspace_id)
+    OpenLeadCount.delete().where(OpenLeadCount.member.in_(members)).execute()
+    counts = (Lead.select(Lead.owner, pw.fn.COUNT(Lead.id)).join(Status)
+              .where((Lead.workspace == workspace_id) & Lead.owner.is_null(False) & (Status.kind == "open"))
+              .group_by(Lead.owner))
+    OpenLeadCount.insert_from(counts, [OpenLeadCount.member, OpenLeadCount.open_leads]).execute()

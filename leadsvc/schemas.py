@@ -13,7 +13,7 @@ from .models import CONTACT_KINDS, public_id_pattern, utcnow
 
 def rfc3339(value: datetime | None) -> str | None:
     """A naive UTC datetime as RFC 3339 with Z."""
-    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None if value is None else value.isoformat(timespec="microseconds") + "Z"
 
 
 class UtcDateTime(ma.fields.DateTime):

@@ -144,7 +144,8 @@ def schema_of(db) -> dict:
     """Tables, columns (name, type, nullability, primary key), indexes (columns, uniqueness), foreign keys."""
     on_delete = on_delete_rules(db)
     schema = {}
-    for table in sorted(set(db.get_tables()) - {"schema_migration"}):
+    # sqlite_stat*: what ANALYZE writes, the engine's statistics rather than the schema.
+    for table in sorted(t for t in db.get_tables() if t != "schema_migration" and not t.startswith("sqlite_stat")):
         schema[table] = {
             "columns": sorted((c.name, c.data_type.lower(), c.null, c.primary_key) for c in db.get_columns(table)),
             "indexes": sorted((tuple(i.columns), i.unique) for i in db.get_indexes(table)),

@@ -123,7 +123,9 @@ def test_check_names_every_problem_and_how_to_fix_it(tmp_path):
     sqlite3.connect(empty).close()
     result = run_check(LEADSVC_DATABASE_URL=f"sqlite:///{empty}", LEADSVC_RATE_LIMITS_STORAGE="redis://127.0.0.1:1/0")
     assert result.exit_code == 1
-    assert "needs migrations (0001_initial, 0002_idempotency, 0003_report_indexes): run `leadsvc migrate`" in result.stderr
+    from leadsvc.db import migrations_dir
+    every = ", ".join(sorted(item.name[:-3] for item in migrations_dir().iterdir() if item.name[:1].isdigit()))
+    assert f"needs migrations ({every}): run `leadsvc migrate`" in result.stderr
     assert "Redis at redis://127.0.0.1:1/0 (rate_limits.storage) does not answer" in result.stderr
 
 

@@ -1,0 +1,468 @@
+"""`make bench`: leadsvc against the thinnest baseline, on SQLite and PostgreSQL, at a million leads.
+
+For each database: build (or reuse) a database of N synthetic leads in the demo workspace, start
+leadsvc under waitress with production settings and the baseline (bench/baseline.py) in their
+own processes, drive both with wrk from this one, and write the figures to bench/out/ and into
+bench/RESULTS.md between its markers. Targets are ratios to the baseline measured in the same
+run, so they hold on a noisy machine.
+
+    .venv/bin/python bench/run.py [--leads 1000000] [--duration 10] [--backends sqlite,postgresql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+CACHE = BENCH / ".cache"
+OUT = BENCH / "out"
+WRK_DIR = BENCH / "wrk"
+BIN = Path(sys.executable).parent
+POSTGRES_URL = os.environ.get("LEADSVC_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/leadsvc_bench")
+LEADSVC_PORT, BASELINE_PORT = 18080, 18090
+ROLES = {"admin": "admin@demo.test", "manager": "asha@demo.test", "agent": "ravi@demo.test"}
+REPORTS = ("funnel", "velocity", "conversion")
+DEEP_ROWS = 100_000
+PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
+TARGETS = {"list_ratio": 0.6, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.5,
+           "rss_mb": 200}
+
+
+def log(message: str) -> None:
+    print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the databases ---------------------------------------------------------------------------
+
+def service_env(url: str, **extra: str) -> dict[str, str]:
+    """Production settings, except limits high enough never to trip, and quiet logs."""
+    env = {**os.environ, "LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": url,
+           "LEADSVC_RATE_LIMITS_PER_TOKEN": "100000000/minute", "LEADSVC_RATE_LIMITS_PER_IP": "100000000/minute",
+           "LEADSVC_LOGGING_LEVEL": "WARNING"}
+    env.update(extra)
+    return env
+
+
+def demo(url: str, leads: int = 0) -> dict:
+    """Run `leadsvc demo --json` (optionally adding leads); the workspace and a token per member."""
+    args = [str(BIN / "leadsvc"), "demo", "--json"] + (["--leads", str(leads)] if leads else [])
+    done = subprocess.run(args, env=service_env(url), capture_output=True, text=True, cwd=CACHE)
+    if done.returncode:
+        sys.exit(f"leadsvc demo failed:\n{done.stderr}")
+    if leads:
+        sys.stderr.write(done.stderr)
+    return json.loads(done.stdout)
+
+
+class Database:
+    """A benchmark database: its URL, and direct SQL for counts and clean-up."""
+
+    def __init__(self, backend: str, leads: int):
+        self.backend, self.leads = backend, leads
+        if backend == "sqlite":
+            self.path = CACHE / f"leads-{leads}.sqlite3"
+            self.url = f"sqlite:///{self.path}"
+        else:
+            self.url = POSTGRES_URL if leads == 1_000_000 else f"{POSTGRES_URL}_{leads}"
+            self.name = self.url.rsplit("/", 1)[1]
+        self.build_file = CACHE / f"{backend}-{leads}-build.json"
+
+    def connect(self):
+        if self.backend == "sqlite":
+            conn = sqlite3.connect(self.path, isolation_level=None)
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA busy_timeout = 10000")
+            return conn
+        import psycopg
+        return psycopg.connect(self.url, autocommit=True)
+
+    def _admin(self):
+        import psycopg
+        return psycopg.connect(self.url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+
+    def exists(self) -> bool:
+        if self.backend == "sqlite":
+            return self.path.exists()
+        with self._admin() as conn:
+            return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.name,)).fetchone() is not None
+
+    def lead_count(self) -> int:
+        try:
+            with self.connect() as conn:
+                return conn.execute("SELECT COUNT(*) FROM lead").fetchone()[0]
+        except Exception:   # no table yet, or a half-built file: rebuild
+            return -1
+
+    def drop(self) -> None:
+        if self.backend == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        else:
+            with self._admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def create(self) -> None:
+        if self.backend == "postgresql":
+            with self._admin() as conn:
+                conn.execute(f'CREATE DATABASE "{self.name}"')
+
+    def ensure(self) -> tuple[dict, dict]:
+        """The demo tokens, and how the database was built (reused when its lead count matches)."""
+        CACHE.mkdir(parents=True, exist_ok=True)
+        if self.exists() and self.lead_count() == self.leads and self.build_file.exists():
+            log(f"{self.backend}: reusing the {self.leads:,}-lead database")
+            return demo(self.url), json.loads(self.build_file.read_text())
+        log(f"{self.backend}: building a {self.leads:,}-lead database (leadsvc demo --leads {self.leads})")
+        self.drop()
+        self.create()
+        started, cpu = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        tokens = demo(self.url, self.leads)
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        build = {"seconds": round(time.monotonic() - started, 1), "leads": self.leads,
+                 "cpu_seconds": round(used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime, 1),
+                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "load": os.getloadavg()[0]}
+        with self.connect() as conn:
+            build["transitions"] = conn.execute("SELECT COUNT(*) FROM transition").fetchone()[0]
+            build["activities"] = conn.execute("SELECT COUNT(*) FROM activity").fetchone()[0]
+        if self.backend == "sqlite":
+            build["megabytes"] = round(self.path.stat().st_size / 2**20)
+        self.build_file.write_text(json.dumps(build))
+        return tokens, build
+
+    def high_water(self) -> dict[str, int]:
+        with self.connect() as conn:
+            return {table: conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
+                    for table in ("lead", "transition", "activity", "audit_entry", "token")}
+
+    def restore(self, marks: dict[str, int]) -> None:
+        """Delete what the create benchmark added, so the cached database keeps its lead count."""
+        with self.connect() as conn:
+            # Creates still queued in the server when wrk stopped land afterwards: wait them out.
+            last, deadline = None, time.monotonic() + 120
+            while time.monotonic() < deadline:
+                now = conn.execute("SELECT COALESCE(MAX(id), 0) FROM activity").fetchone()[0]
+                if now == last:
+                    break
+                last = now
+                time.sleep(3)
+            for table in ("activity", "transition", "audit_entry", "lead"):
+                conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
+
+
+# --- servers and load ------------------------------------------------------------------------
+
+class Server:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], port: int):
+        self.name, self.port = name, port
+        self.log = open(OUT / f"{name}.log", "w")
+        self.process = subprocess.Popen(args, env=env, cwd=CACHE, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                sys.exit(f"{name} exited at start; see {self.log.name}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        sys.exit(f"{name} did not listen on {port} within 60 s")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def peak_rss_mb(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def wrk(url: str, token: str, *, connections: int, seconds: float, script: str = "report.lua",
+        env: dict[str, str] | None = None) -> dict:
+    threads = min(2, connections)
+    done = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--timeout", "10s",
+         "-H", f"Authorization: Bearer {token}", "-s", str(WRK_DIR / script), url],
+        capture_output=True, text=True, env={**os.environ, "BENCH_WRK_DIR": str(WRK_DIR), **(env or {})})
+    line = next((l for l in done.stdout.splitlines() if l.startswith("BENCH ")), None)
+    if done.returncode or line is None:
+        sys.exit(f"wrk failed on {url}:\n{done.stdout}\n{done.stderr}")
+    return json.loads(line[len("BENCH "):])
+
+
+def get(url: str, token: str) -> tuple[int, dict | None, float]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            body = response.read()
+            return response.status, json.loads(body), time.perf_counter() - started
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        return exc.code, None, time.perf_counter() - started
+
+
+def deep_cursor(server: Server, token: str) -> str:
+    """A cursor DEEP_ROWS rows into the admin's default sort, by walking 200-row pages once."""
+    path, walked = "/api/v1/leads?page%5Bsize%5D=200", 0
+    while walked < DEEP_ROWS:
+        status, body, _ = get(server.url(path), token)
+        if status != 200:
+            sys.exit(f"walking the list failed with {status} after {walked} rows")
+        walked += len(body["data"])
+        path = body["links"]["next"]
+        if path is None:
+            sys.exit(f"the list ended after {walked} rows, before {DEEP_ROWS}")
+    return path.split("page%5Bafter%5D=")[1].split("&")[0]
+
+
+def query_plans(db: Database) -> dict:
+    """bench/explain.py: every sort, role and depth of the list reads its scope's index in order."""
+    done = subprocess.run([sys.executable, str(BENCH / "explain.py"), db.url], capture_output=True, text=True,
+                          env=service_env(db.url), cwd=CACHE)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    (OUT / f"plans-{db.backend}.txt").write_text(done.stdout + done.stderr)
+    return {"checked": len(lines), "failed": [line.split("|")[0].strip() for line in lines if line.startswith("FAIL")],
+            "error": done.returncode not in (0, 1) or not lines}
+
+
+def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
+    secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
+    # --service-root serves the leadsvc package of another checkout (a before/after comparison).
+    env = service_env(db.url, **({"PYTHONPATH": service_root} if service_root else {}))
+    leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
+                     env, LEADSVC_PORT)
+    baseline = Server("baseline-" + db.backend, [sys.executable, str(BENCH / "baseline.py"), "--url", db.url,
+                                                  "--port", str(BASELINE_PORT), "--threads", "8"],
+                      os.environ.copy(), BASELINE_PORT)
+    results: dict = {"backend": db.backend, "plans": query_plans(db)}
+    try:
+        list_path = "/api/v1/leads"
+        for server in (leadsvc, baseline):   # warm caches and connections
+            wrk(server.url(list_path), secret["admin"], connections=8, seconds=3)
+
+        log(f"{db.backend}: list throughput, 8 connections, per role")
+        results["list"] = {}
+        for role in ROLES:
+            runs = {"leadsvc": [], "baseline": []}
+            for _ in range(PAIRS):   # back to back, so a burst of noise hits both of a pair
+                runs["leadsvc"].append(wrk(leadsvc.url(list_path), secret[role], connections=8, seconds=seconds))
+                runs["baseline"].append(wrk(baseline.url(list_path), secret[role], connections=8, seconds=seconds))
+            ratios = [own["rps"] / base["rps"] for own, base in zip(runs["leadsvc"], runs["baseline"])]
+            errors = sum(r["errors_status"] + r["errors_socket"] for rs in runs.values() for r in rs)
+            results["list"][role] = {"rps": round(statistics.mean(r["rps"] for r in runs["leadsvc"]), 1),
+                                     "baseline_rps": round(statistics.mean(r["rps"] for r in runs["baseline"]), 1),
+                                     "ratio": round(statistics.median(ratios), 3),
+                                     "ratios": [round(r, 3) for r in ratios],
+                                     "p50_ms": statistics.median(r["p50_ms"] for r in runs["leadsvc"]),
+                                     "errors": errors}
+
+        log(f"{db.backend}: first page vs a page {DEEP_ROWS:,} rows deep, 1 connection")
+        cursor = deep_cursor(leadsvc, secret["admin"])
+        first, deep = [], []
+        for _ in range(2):
+            first.append(wrk(leadsvc.url(list_path), secret["admin"], connections=1, seconds=seconds))
+            deep.append(wrk(leadsvc.url(f"{list_path}?page%5Bafter%5D={cursor}"), secret["admin"],
+                            connections=1, seconds=seconds))
+        p50 = lambda runs, key: statistics.median(r[key] for r in runs)   # noqa: E731
+        results["pages"] = {"first_p50_ms": p50(first, "p50_ms"), "first_p99_ms": p50(first, "p99_ms"),
+                            "deep_p50_ms": p50(deep, "p50_ms"), "deep_p99_ms": p50(deep, "p99_ms"),
+                            "errors": sum(r["errors_status"] for r in first + deep)}
+        results["pages"]["ratio"] = round(results["pages"]["deep_p50_ms"] / results["pages"]["first_p50_ms"], 3)
+
+        log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
+        _, sample, _ = get(leadsvc.url(f"{list_path}?page%5Bsize%5D=200"), secret["admin"])
+        _, sources, _ = get(leadsvc.url("/api/v1/sources"), secret["admin"])
+        create_env = {"BENCH_DUPLICATE_PHONES": ",".join(l["contact"]["phone"] for l in sample["data"]
+                                                         if l["contact"]["phone"]),
+                      "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"])}
+        marks = db.high_water()
+        try:
+            own = wrk(leadsvc.url(list_path), secret["admin"], connections=8, seconds=seconds,
+                      script="create.lua", env=create_env)
+            base = wrk(baseline.url(list_path), secret["admin"], connections=8, seconds=seconds,
+                       script="create.lua", env=create_env)
+            with db.connect() as conn:
+                created = conn.execute(f"SELECT COUNT(*) FROM lead WHERE id > {marks['lead']}").fetchone()[0]
+        finally:
+            db.restore(marks)
+        results["create"] = {"rps": own["rps"], "baseline_rps": base["rps"], "ratio": round(own["rps"] / base["rps"], 3),
+                             "p50_ms": own["p50_ms"], "p99_ms": own["p99_ms"], "errors": own["errors_status"],
+                             "baseline_errors": base["errors_status"], "leads_created": created}
+
+        log(f"{db.backend}: reports, admin scope")
+        results["reports"] = {}
+        for name in REPORTS:
+            url = leadsvc.url(f"/api/v1/reports/{name}")
+            status, _, _ = get(url, secret["admin"])
+            if status == 404:
+                results["reports"][name] = None   # not on this build
+                continue
+            if status != 200:
+                results["reports"][name] = {"error": status}
+                continue
+            times = [get(url, secret["admin"])[2] for _ in range(5)]
+            results["reports"][name] = {"median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+        results["rss_mb"] = round(leadsvc.peak_rss_mb(), 1)
+        results["baseline_rss_mb"] = round(baseline.peak_rss_mb(), 1)
+    finally:
+        leadsvc.stop()
+        baseline.stop()
+    return results
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def machine(backends: list[str]) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+    info = {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": round(mem_kb / 2**20, 1),
+            "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
+            "wrk": subprocess.run(["wrk", "--version"], capture_output=True, text=True).stdout.split("\n")[0].strip()}
+    if "postgresql" in backends:
+        import psycopg
+        with psycopg.connect(POSTGRES_URL.rsplit("/", 1)[0] + "/postgres") as conn:
+            info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+    return info
+
+
+def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    """(target, goal, measured, passed) rows for one database."""
+    rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
+             f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
+             f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
+             r["list"][role]["ratio"] >= TARGETS["list_ratio"]) for role in ROLES]
+    pages = r["pages"]
+    rows.append(("deep page p50 / first page p50", f"<= {TARGETS['deep_over_first_p50']}",
+                 f"{pages['ratio']:.2f} ({pages['deep_p50_ms']:.1f} / {pages['first_p50_ms']:.1f} ms)",
+                 pages["ratio"] <= TARGETS["deep_over_first_p50"]))
+    for name in REPORTS:
+        report = r["reports"].get(name)
+        if report is None:
+            rows.append((f"report {name} (admin)", "< 1 s", "not available on this build", None))
+        elif "error" in report:
+            rows.append((f"report {name} (admin)", "< 1 s", f"HTTP {report['error']}", False))
+        else:
+            rows.append((f"report {name} (admin)", "< 1 s", f"{report['median_s']:.3f} s (max {report['max_s']:.3f})",
+                         report["max_s"] < TARGETS["report_seconds"]))
+    c = r["create"]
+    rows.append(("create throughput", f">= {TARGETS['create_ratio']} x baseline",
+                 f"{c['ratio']:.2f} ({c['rps']:.0f} / {c['baseline_rps']:.0f} req/s)",
+                 c["ratio"] >= TARGETS["create_ratio"]))
+    rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
+                 r["rss_mb"] < TARGETS["rss_mb"]))
+    plans = r["plans"]
+    rows.append(("list query plans (3 sorts x 3 roles x first/deep page)", "scope index in order, no sort step",
+                 "explain failed" if plans["error"] else
+                 f"{plans['checked'] - len(plans['failed'])} of {plans['checked']} ok"
+                 + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),
+                 not plans["error"] and not plans["failed"]))
+    return rows
+
+
+def markdown(info: dict, results: list[dict], builds: dict, started: str, load: tuple) -> str:
+    mark = {True: "pass", False: "**FAIL**", None: "n/a"}
+    lines = [f"Run {started} on {info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; Python "
+             f"{info['python']}, SQLite {info['sqlite']}"
+             + (f", PostgreSQL {info['postgresql']}" if "postgresql" in info else "")
+             + f"; {info['wrk']}. Load average at start / end: {load[0]:.1f} / {load[1]:.1f}.", ""]
+    for r in results:
+        b = builds[r["backend"]]
+        lines += [f"### {r['backend']}", "",
+                  f"Database: {b['leads']:,} leads, {b['transitions']:,} transitions, {b['activities']:,} activities; "
+                  f"`leadsvc demo --leads {b['leads']}` took {b['seconds']:.0f} s"
+                  + (f" ({b['cpu_seconds']:.0f} s of CPU in its processes)" if "cpu_seconds" in b else "")
+                  + f" (built {b['built_at']}, load average {b['load']:.1f} when it ended).", "",
+                  "| target | goal | measured | result |", "|---|---|---|---|"]
+        lines += [f"| {name} | {goal} | {value} | {mark[ok]} |" for name, goal, value, ok in verdicts(r)]
+        pages, c = r["pages"], r["create"]
+        lines += ["", "| detail | leadsvc | baseline |", "|---|---|---|"]
+        lines += [f"| list, {role}, 8 connections | {v['rps']:.0f} req/s (p50 {v['p50_ms']:.1f} ms) | "
+                  f"{v['baseline_rps']:.0f} req/s |" for role, v in r["list"].items()]
+        lines += [f"| first page, 1 connection | p50 {pages['first_p50_ms']:.2f} ms, p99 {pages['first_p99_ms']:.2f} ms | |",
+                  f"| page {DEEP_ROWS:,} rows deep, 1 connection | p50 {pages['deep_p50_ms']:.2f} ms, "
+                  f"p99 {pages['deep_p99_ms']:.2f} ms | |",
+                  f"| create, 8 connections | {c['rps']:.0f} req/s (p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
+                  f"{c['leads_created']:,} leads created, {c['errors']} errors) | {c['baseline_rps']:.0f} req/s |",
+                  f"| peak RSS | {r['rss_mb']:.0f} MB | {r['baseline_rss_mb']:.0f} MB |", ""]
+    return "\n".join(lines)
+
+
+def write_results(text: str) -> None:
+    path = BENCH / "RESULTS.md"
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    current = path.read_text() if path.exists() else f"# Benchmark results\n\n{begin}\n{end}\n"
+    if begin not in current:
+        current += f"\n{begin}\n{end}\n"
+    head, rest = current.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="leadsvc benchmarks against the baseline")
+    parser.add_argument("--leads", type=int, default=1_000_000)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
+    parser.add_argument("--build-only", action="store_true", help="build (or check) the databases and stop")
+    parser.add_argument("--service-root", help="serve leadsvc from this checkout instead (implies --no-write)")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is missing: apt-get install wrk (make bench does this)")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    OUT.mkdir(parents=True, exist_ok=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    load_start = os.getloadavg()[0]
+    info = machine(backends)
+    results, builds = [], {}
+    for backend in backends:
+        db = Database(backend, args.leads)
+        tokens, builds[backend] = db.ensure()
+        if args.build_only:
+            log(f"{backend}: {json.dumps(builds[backend])}")
+            continue
+        results.append(measure(db, tokens, args.duration, args.service_root))
+        (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
+                                                                 **results[-1]}, indent=2))
+    if args.build_only:
+        return
+    text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
+    (OUT / "latest.md").write_text(text)
+    if not args.no_write and not args.service_root:
+        write_results(text)
+    print(text)
+    failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]
+    if failed:
+        log(f"{len(failed)} target(s) missed: " + "; ".join(failed))
+
+
+if __name__ == "__main__":
+    main()

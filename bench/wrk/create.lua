@@ -1,0 +1,40 @@
+-- Creates for `make bench`: new leads (random +9197 mobiles, never in the synthetic +9198 range)
+-- mixed with duplicates of existing leads' phones, over the sources and rules of the demo workspace.
+dofile(os.getenv("BENCH_WRK_DIR") .. "/report.lua")
+local threads = {}
+local counter = 1
+
+function setup(thread)
+  thread:set("id", counter)
+  table.insert(threads, thread)
+  counter = counter + 1
+end
+
+function init(args)
+  duplicates, sources = {}, {}
+  for phone in string.gmatch(os.getenv("BENCH_DUPLICATE_PHONES") or "", "[^,]+") do
+    table.insert(duplicates, phone)
+  end
+  for source in string.gmatch(os.getenv("BENCH_SOURCES") or "", "[^,]+") do
+    table.insert(sources, source)
+  end
+  duplicate_share = tonumber(os.getenv("BENCH_DUPLICATE_SHARE") or "0.25")
+  math.randomseed(os.time() * 1000 + id * 7919 + math.floor(os.clock() * 1e6))
+  wrk.headers["Content-Type"] = "application/json"
+end
+
+local interests = {"2bhk", "3bhk", "villa", "plot"}
+
+function request()
+  local phone
+  if #duplicates > 0 and math.random() < duplicate_share then
+    phone = duplicates[math.random(#duplicates)]
+  else
+    phone = string.format("+9197%04d%04d", math.random(0, 9999), math.random(0, 9999))
+  end
+  local body = string.format(
+    '{"first_name":"Bench","last_name":"Lead","phone":"%s","source":"%s","estimated_value":%d,' ..
+    '"custom_fields":{"product_interest":"%s"}}',
+    phone, sources[math.random(#sources)], math.random(20, 300) * 100000, interests[math.random(#interests)])
+  return wrk.format("POST", nil, nil, body)
+end

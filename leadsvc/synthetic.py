@@ -1,0 +1,553 @@
+"""Synthetic leads for evaluation and benchmarks (`leadsvc demo --leads N`), written by bulk insert.
+
+The leads look like a year and a half of a real pipeline: created over the last ~18 months,
+owned by the agents the workspace's distribution rules would pick (team = the owner's team),
+moved through the pipeline by real transition chains (first from null, each next status one the
+previous may move to, `seconds_in_from` the time spent there), with `created`, `assigned`,
+`status_changed` and logged contact activities, and scores from `scoring.score_lead`. Every
+invariant the API relies on holds: unique valid Indian mobiles and e-mails per workspace,
+`activity_sort_at` = last activity or the epoch, version 1.
+
+Rows are written in chunks, one transaction each, with a prepared multi-row statement
+(SQLite) or COPY (PostgreSQL): the ORM's per-row work would take minutes at a million leads.
+The history rows are the system's (no actor token, member or form), as for any import. The same
+seed, workspace and starting lead count give the same data.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import json
+import multiprocessing
+import random
+from dataclasses import dataclass
+from types import SimpleNamespace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from queue import Empty
+from typing import Any, Callable, Iterator, Sequence
+
+import peewee as pw
+
+from . import routing
+from .db import database, is_postgres
+from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, Member, Rule,
+                     Source, Status, Transition, Workspace, utcnow)
+from .scoring import ENGAGEMENT_POINTS, score_lead
+
+CHUNK = 10_000             # leads per transaction
+WORKERS = 2                # processes generating rows while the main one writes
+ROWS_PER_INSERT = 100      # SQLite: rows per INSERT statement
+SQLITE_MAX_PARAMETERS = 32766
+HISTORY_DAYS = 548         # about 18 months
+MOBILE_SPACE = 10 ** 8     # +9198 followed by 8 digits
+MOBILE_STEP = 48_271_397   # coprime with 10**8: i -> (i * step + offset) % 10**8 is a permutation
+
+FIRST_NAMES = ("Aarav", "Aditi", "Akash", "Ananya", "Arjun", "Asha", "Deepak", "Divya", "Farhan", "Gaurav",
+               "Harini", "Ishaan", "Jaya", "Kabir", "Kavya", "Lakshmi", "Manish", "Meera", "Mohan", "Neha",
+               "Nikhil", "Pooja", "Pranav", "Priya", "Rahul", "Ravi", "Rohan", "Sanjay", "Shreya", "Sneha",
+               "Suresh", "Tanvi", "Uday", "Varun", "Vidya", "Vikram", "Yash", "Zoya", "Imran", "Fatima")
+LAST_NAMES = ("Agarwal", "Bhat", "Chopra", "Das", "Desai", "Gupta", "Iyer", "Jain", "Joshi", "Kapoor",
+              "Khan", "Kulkarni", "Kumar", "Menon", "Mehta", "Mishra", "Nair", "Pandey", "Patel", "Pillai",
+              "Rao", "Reddy", "Saxena", "Shah", "Sharma", "Singh", "Sinha", "Thomas", "Varma", "Yadav")
+DOMAINS = ("example.com", "example.in", "mail.test", "inbox.test")
+LOCATIONS = ("Whitefield", "Koramangala", "Hebbal", "Andheri", "Powai", "Gachibowli", "Baner", "Salt Lake")
+CONTACT_SUMMARIES = {"call": "Called about the site visit.", "email": "Sent the brochure.",
+                     "meeting": "Met at the sales office.", "whatsapp": "Shared the floor plans.",
+                     "sms": "Reminder about the visit."}
+# Mean days spent in a status before the next move, and the chance a lead at a stage gives up.
+MEAN_DAYS_IN_STATUS = 6.0
+LOST_AT_STAGE = 0.22
+STAY_AT_STAGE = 0.25
+REOPEN = 0.04
+
+_ID_ALPHABET = bytes(ord(BASE62[b % 62]) for b in range(256))
+
+
+def _plain(row: pw.Model, *fields: str) -> SimpleNamespace:
+    return SimpleNamespace(**{name: getattr(row, name) for name in fields})
+
+
+@dataclass
+class _Pipeline:
+    forward: list[SimpleNamespace]          # first status, then each next non-lost status in order
+    lost: dict[int, SimpleNamespace]        # forward status id -> the lost status it may move to
+    reopen: dict[int, SimpleNamespace]      # lost status id -> the status it may reopen to
+
+
+def _pipeline(statuses: list[Status]) -> _Pipeline:
+    by_public = {s.public_id: s for s in statuses}
+    ordered = sorted(statuses, key=lambda s: (s.position, s.id))
+
+    def allowed(status: Status) -> list[Status]:
+        return [by_public[p] for p in status.next_ids(ordered)]
+
+    forward = [ordered[0]]
+    while forward[-1].kind == "open":
+        later = [s for s in allowed(forward[-1]) if s.kind != "lost" and s.position > forward[-1].position]
+        if not later:
+            break
+        forward.append(later[0])
+    lost = {}
+    for status in forward:
+        losing = [s for s in allowed(status) if s.kind == "lost"]
+        if losing:
+            lost[status.id] = losing[0]
+    reopen = {}
+    for status in {s.id: s for s in lost.values()}.values():
+        back = [s for s in allowed(status) if s.id == forward[0].id]
+        if back:
+            reopen[status.id] = back[0]
+    plain = {s.id: _plain(s, "id", "public_id", "name", "kind") for s in statuses}
+    return _Pipeline([plain[s.id] for s in forward], {k: plain[s.id] for k, s in lost.items()},
+                     {k: plain[s.id] for k, s in reopen.items()})
+
+
+class _Ids:
+    """Public ids from the seeded generator: the model's prefix and 20 base62 characters."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.pool: dict[str, list[str]] = {}
+
+    def __call__(self, prefix: str) -> str:
+        pool = self.pool.get(prefix)
+        if not pool:
+            raw = self.rng.randbytes(PUBLIC_ID_LENGTH * 4096).translate(_ID_ALPHABET).decode("ascii")
+            pool = self.pool[prefix] = [prefix + raw[i:i + PUBLIC_ID_LENGTH]
+                                        for i in range(0, len(raw), PUBLIC_ID_LENGTH)]
+        return pool.pop()
+
+
+class _Router:
+    """Who would get each lead: the workspace's rules in order, then round robin over all agents.
+
+    Round robin and least-open both rotate here (a fresh pipeline has even open counts anyway).
+    """
+
+    def __init__(self, workspace: Workspace, members: list[SimpleNamespace]):
+        active_agents = [m for m in members if m.active and m.role == "agent"]
+        self.rules = []
+        for row in Rule.select().where(Rule.workspace == workspace.id).order_by(Rule.position, Rule.id):
+            rule = _plain(row, "id", "public_id", "name", "strategy", "conditions", "member_id", "team_id")
+            if rule.strategy == "member":
+                pool = [m for m in members if m.id == rule.member_id and m.active]
+            else:
+                pool = [m for m in active_agents if m.team_id == rule.team_id]
+            if pool:
+                self.rules.append((rule, pool))
+        self.fallback = active_agents
+        if not self.fallback and not self.rules:
+            raise ValueError("The workspace has no active agents to own leads.")
+        self.turn: dict[int, int] = {}
+
+    def route(self, lead: dict[str, Any]) -> routing.Assignment:   # member: a plain Member
+        for rule, pool in self.rules:
+            if routing.matches(rule.conditions, lead):
+                member = self._next(rule.id, pool)
+                return routing.Assignment(member, {"rule": rule.public_id, "rule_name": rule.name,
+                                                   "strategy": rule.strategy, "member": member.public_id})
+        member = self._next(0, self.fallback)
+        return routing.Assignment(member, {"rule": None, "strategy": "round_robin", "member": member.public_id})
+
+    def _next(self, key: int, pool: list[SimpleNamespace]) -> SimpleNamespace:
+        turn = self.turn.get(key, -1) + 1
+        self.turn[key] = turn
+        return pool[turn % len(pool)]
+
+
+class _Writer:
+    """Multi-row INSERT through executemany (SQLite) or COPY (PostgreSQL), columns by name."""
+
+    def __init__(self) -> None:
+        self.postgres = is_postgres()
+
+    def write(self, model: type[pw.Model], columns: Sequence[str], rows: list[tuple]) -> None:
+        if not rows:
+            return
+        table = model._meta.table_name
+        names = ", ".join(f'"{c}"' for c in columns)
+        cursor = database.cursor()
+        if self.postgres:
+            with cursor.copy(f'COPY "{table}" ({names}) FROM STDIN') as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            # Many rows per statement: SQLite's per-statement work is a third of a single-row insert.
+            values = f'({", ".join("?" * len(columns))})'
+            per = max(1, min(ROWS_PER_INSERT, SQLITE_MAX_PARAMETERS // len(columns)))
+            whole = len(rows) - len(rows) % per
+            if whole:
+                cursor.executemany(f'INSERT INTO "{table}" ({names}) VALUES {", ".join([values] * per)}',
+                                   [tuple(itertools.chain.from_iterable(rows[i:i + per])) for i in range(0, whole, per)])
+            if rows[whole:]:
+                cursor.executemany(f'INSERT INTO "{table}" ({names}) VALUES {values}', rows[whole:])
+
+    def reserve_lead_ids(self, count: int) -> int:
+        """The first of `count` consecutive new lead ids, reserved (PostgreSQL) or checked per chunk."""
+        if self.postgres:
+            database.execute_sql('LOCK TABLE "lead" IN SHARE ROW EXCLUSIVE MODE')
+            seq = "pg_get_serial_sequence('lead', 'id')"
+            first = database.execute_sql(f"SELECT nextval({seq})").fetchone()[0]
+            database.execute_sql(f"SELECT setval({seq}, %s)", (first + count - 1,))
+            return first
+        return self._max_lead_id() + 1
+
+    def check_ids_free(self, first_id: int) -> None:
+        """SQLite hands out max(id) + 1: make sure no lead took an id of ours meanwhile."""
+        if not self.postgres and self._max_lead_id() >= first_id:
+            raise RuntimeError("Leads were added while synthetic leads were written; run the command again.")
+
+    def _max_lead_id(self) -> int:
+        return database.execute_sql('SELECT COALESCE(MAX(id), 0) FROM "lead"').fetchone()[0] or 0
+
+
+LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "phone", "email", "source_id",
+                "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
+                "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
+                "activity_sort_at")
+TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
+                      "seconds_in_from")
+ACTIVITY_COLUMNS = ("workspace_id", "public_id", "lead_id", "kind", "summary", "data", "occurred_at", "created_at")
+
+
+# One encoder: json.dumps with options builds a new one per call, which costs more than the encoding.
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _time(value: datetime) -> str:
+    """A naive UTC time as both drivers store it (what peewee's SQLite adapter writes)."""
+    return value.isoformat(" ")
+
+
+NEVER_TEXT = _time(NEVER)
+
+
+Rows = dict[str, Any]   # {"lead": [...], "transition": [...], "activity": [...], "size": leads made}
+
+
+class Generator:
+    """Makes the rows of synthetic leads for one workspace, chunk by chunk."""
+
+    def __init__(self, workspace: Workspace, *, seed: int, start: int, now: datetime):
+        # Everything is read here, once, into plain objects: attribute access on a model instance
+        # costs a descriptor call, and the generator runs in a forked process without the database.
+        self.workspace_id = ws = workspace.id
+        self.rng = random.Random(f"{seed}:{start}")
+        self.ids = _Ids(self.rng)
+        self.seed, self.start = seed, start
+        self.now = now
+        members = [_plain(m, "id", "public_id", "name", "role", "team_id", "active")
+                   for m in Member.select().where(Member.workspace == ws).order_by(Member.id)]
+        self.router = _Router(workspace, members)
+        statuses = list(Status.select().where(Status.workspace == ws))
+        if not statuses:
+            raise ValueError("The workspace has no pipeline statuses.")
+        self.pipeline = _pipeline(statuses)
+        self.kind = {s.id: s.kind for s in statuses}
+        self.sources = [_plain(s, "id", "public_id", "name", "score")
+                        for s in Source.select().where(Source.workspace == ws).order_by(Source.id)]
+        self.source_weights = list(itertools.accumulate(max(1, 30 - 4 * i) for i in range(len(self.sources))))   # cumulative
+        self.fields = {f.name: _plain(f, "name", "type", "options", "score")
+                       for f in CustomField.select().where(CustomField.workspace == ws)}
+        self.field_scores = {name: f.score for name, f in self.fields.items() if f.score}
+        self.offset = self.rng.randrange(MOBILE_SPACE)
+        self.assignment_text: dict[tuple, tuple[str, str]] = {}
+
+    def created_times(self, count: int) -> list[datetime]:
+        """Creation times over the last ~18 months, growing towards now, in ascending order."""
+        span = HISTORY_DAYS * 86_400
+        # sqrt skews towards recent: a business that grows.
+        ages = sorted((span * (1 - self.rng.random() ** 0.5) for _ in range(count)), reverse=True)
+        return [self.now - timedelta(seconds=age, microseconds=self.rng.randrange(1_000_000)) for age in ages]
+
+    def pick(self, items: Sequence[Any]) -> Any:
+        """A random item: random.choice's exact draw costs several times more, a million times over."""
+        return items[int(self.rng.random() * len(items))]
+
+    def custom_fields(self) -> dict[str, Any]:
+        rng, values, pick = self.rng, {}, self.pick
+        for name, field in self.fields.items():
+            if rng.random() > (0.7 if field.type == "choice" else 0.35):
+                continue
+            if field.type == "choice":
+                values[name] = pick(field.options or [""])
+            elif field.type == "boolean":
+                values[name] = rng.random() < 0.5
+            elif field.type == "number":
+                values[name] = 1 + int(rng.random() * 8)
+            elif field.type == "date":
+                values[name] = (self.now.date() + timedelta(days=int(rng.random() * 231) - 200)).isoformat()
+            else:
+                values[name] = pick(LOCATIONS)
+        return values
+
+    def assigned(self, lead: dict[str, Any]) -> tuple[SimpleNamespace, str, str]:
+        """The owner, and the `assigned` activity's summary and data (JSON) for a new lead."""
+        assignment = self.router.route(lead)
+        key = (assignment.reason.get("rule"), assignment.member.id)
+        if key not in self.assignment_text:
+            self.assignment_text[key] = (assignment.summary, _dumps(assignment.reason))
+        return (assignment.member, *self.assignment_text[key])
+
+    def chunk(self, index: int, first_id: int, times: list[datetime]) -> "Rows":
+        """The rows of one chunk of leads; each chunk has its own random stream, so workers agree."""
+        self.rng = random.Random(f"{self.seed}:{self.start}:{index}")
+        self.ids = _Ids(self.rng)
+        out: Rows = {"lead": [], "transition": [], "activity": [], "size": len(times)}
+        number = self.start + index * CHUNK
+        for offset, created in enumerate(times):
+            self.lead(number + offset, first_id + offset, created, out)
+        return out
+
+    def lead(self, number: int, lead_id: int, created: datetime, out: dict[str, list[tuple]]) -> None:
+        """One lead with its transitions and activities, appended to out's row lists."""
+        rng, ws, now, new_id, pick = self.rng, self.workspace_id, self.now, self.ids, self.pick
+        activities, transitions = out["activity"], out["transition"]
+        first, last = pick(FIRST_NAMES), pick(LAST_NAMES)
+        contact = rng.random()
+        phone = f"+9198{(number * MOBILE_STEP + self.offset) % MOBILE_SPACE:08d}" if contact > 0.06 else None
+        email = (f"{first}.{last}.{number}@{pick(DOMAINS)}".lower()
+                 if contact < 0.90 or phone is None else None)
+        if rng.random() < 0.03:
+            last = ""
+        source = (self.sources[bisect.bisect(self.source_weights, rng.random() * self.source_weights[-1])]
+                  if self.sources and rng.random() < 0.95 else None)
+        value = Decimal((15 + int(rng.random() * 385)) * 100_000) if rng.random() < 0.6 else None
+        custom = self.custom_fields()
+        owner, assigned_summary, assigned_data = self.assigned(
+            {"source": source.public_id if source else None, "estimated_value": value, "custom_fields": custom})
+        created_text = _time(created)
+        activities.append((ws, new_id("act_"), lead_id, "created", "Lead created.", '{"via":"api"}',
+                           created_text, created_text))
+        activities.append((ws, new_id("act_"), lead_id, "assigned", assigned_summary, assigned_data,
+                           created_text, created_text))
+
+        # The pipeline walk: forward step by step, sometimes lost, sometimes reopened; no move is
+        # later than now, so young leads are early in the pipeline.
+        pipeline = self.pipeline
+        status, at, stage = pipeline.forward[0], created, 0
+        transitions.append((ws, new_id("tr_"), lead_id, None, status.id, None, created_text, None))
+        while True:
+            roll = rng.random()
+            if self.kind[status.id] == "lost":
+                target = pipeline.reopen.get(status.id) if roll < REOPEN else None
+                stage = 0
+            elif roll < STAY_AT_STAGE or stage + 1 >= len(pipeline.forward):
+                target = None
+            elif roll < STAY_AT_STAGE + LOST_AT_STAGE:
+                target = pipeline.lost.get(status.id)
+            else:
+                target = pipeline.forward[stage + 1]
+                stage += 1
+            if target is None:
+                break
+            moved = at + timedelta(seconds=int(rng.expovariate(1 / (MEAN_DAYS_IN_STATUS * 86_400))) + 60)
+            if moved >= now:
+                break
+            transition_id, moved_text = new_id("tr_"), _time(moved)
+            transitions.append((ws, transition_id, lead_id, status.id, target.id, None, moved_text,
+                                int((moved - at).total_seconds())))
+            # Public ids are base62: nothing in them needs JSON escaping.
+            activities.append((ws, new_id("act_"), lead_id, "status_changed",
+                               f"Moved from {status.name} to {target.name}.",
+                               f'{{"from":"{status.public_id}","to":"{target.public_id}",'
+                               f'"transition":"{transition_id}"}}', moved_text, moved_text))
+            status, at = target, moved
+
+        # Calls and messages while the lead is worked: up to a month after its last move.
+        engagement, last_activity = 0, None
+        window = max(2, int((min(now, at + timedelta(days=30)) - created).total_seconds()))
+        for _ in range(pick((0, 0, 0, 1, 1, 2, 3))):
+            kind = pick(CONTACT_KINDS)
+            occurred = created + timedelta(seconds=1 + int(rng.random() * (window - 1)))
+            engagement += ENGAGEMENT_POINTS[kind]
+            last_activity = occurred if last_activity is None or occurred > last_activity else last_activity
+            occurred_text = _time(occurred)
+            activities.append((ws, new_id("act_"), lead_id, kind, CONTACT_SUMMARIES[kind], "{}",
+                               occurred_text, occurred_text))
+
+        score, reasons = score_lead(
+            phone=phone, email=email, first_name=first, last_name=last, estimated_value=value,
+            custom_fields=custom, source=(source.name, source.score) if source else None,
+            field_scores=self.field_scores, engagement=engagement, status_kind=self.kind[status.id])
+        updated = max(at, last_activity) if last_activity else at
+        last_text = _time(last_activity) if last_activity else None
+        out["lead"].append((lead_id, ws, new_id("ld_"), first, last, phone, email, source.id if source else None,
+                            status.id, owner.id, owner.team_id, None if value is None else str(value),
+                            _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
+                            _time(at), last_text, last_text or NEVER_TEXT))
+
+
+def _taken(phones: list[str], emails: list[str], workspace_id: int) -> tuple[set[str], set[str]]:
+    """Which of these phones and e-mails leads of the workspace already have."""
+    taken_phones: set[str] = set()
+    taken_emails: set[str] = set()
+    for i in range(0, max(len(phones), len(emails)), 500):
+        if phones[i:i + 500]:
+            taken_phones.update(p for (p,) in Lead.select(Lead.phone).where(
+                (Lead.workspace == workspace_id) & Lead.phone.in_(phones[i:i + 500])).tuples())
+        if emails[i:i + 500]:
+            taken_emails.update(e for (e,) in Lead.select(Lead.email).where(
+                (Lead.workspace == workspace_id) & Lead.email.in_(emails[i:i + 500])).tuples())
+    return taken_phones, taken_emails
+
+
+def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime | None = None,
+              progress: Callable[[int], None] | None = None) -> int:
+    """Add `count` synthetic leads to the workspace; returns how many were written."""
+    start = Lead.select().where(Lead.workspace == workspace.id).count()
+    generator = Generator(workspace, seed=seed, start=start, now=now or utcnow())
+    writer = _Writer()
+    # Into empty tables, one transaction that builds the indexes after the rows is several times
+    # faster than maintaining 20 indexes row by row, and all-or-nothing.
+    fresh = not Lead.select().exists()
+    written = 0
+    with _bulk_session(), (database.atomic() if fresh else _nothing()), \
+            (_indexes_built_after((Lead, Transition, Activity)) if fresh else _nothing()):
+        with database.atomic():
+            first_id = writer.reserve_lead_ids(count)
+        for out in _generated(generator, count, first_id):
+            with database.atomic():
+                writer.check_ids_free(out["lead"][0][0])
+                if start > 0:   # an empty workspace cannot clash with our own unique numbers
+                    out = _without_taken(out, workspace.id)
+                writer.write(Lead, LEAD_COLUMNS, out["lead"])
+                writer.write(Transition, TRANSITION_COLUMNS, out["transition"])
+                writer.write(Activity, ACTIVITY_COLUMNS, out["activity"])
+            written += len(out["lead"])
+            if progress:
+                progress(out["size"])
+        if fresh:
+            routing.recount_open_leads(workspace.id)   # its triggers were set aside
+        database.execute_sql("ANALYZE lead, transition, activity" if is_postgres() else "ANALYZE")
+    return written
+
+
+def _produce(generator: Generator, chunks: list[tuple[int, int, list[datetime]]],
+             put: Callable[[Rows | None], None]) -> None:
+    for index, first_id, times in chunks:
+        put(generator.chunk(index, first_id, times))
+    put(None)
+
+
+def _generated(generator: Generator, count: int, first_id: int) -> Iterator[Rows]:
+    """The chunks' rows in order, made by forked workers while this process writes (where fork exists)."""
+    times = generator.created_times(count)
+    chunks = [(index, first_id + offset, times[offset:offset + CHUNK])
+              for index, offset in enumerate(range(0, count, CHUNK))]
+    if "fork" not in multiprocessing.get_all_start_methods():
+        for index, first, chunk_times in chunks:
+            yield generator.chunk(index, first, chunk_times)
+        return
+    context = multiprocessing.get_context("fork")
+    workers = []
+    for k in range(WORKERS):
+        queue = context.Queue(maxsize=2)
+        process = context.Process(target=_produce, args=(generator, chunks[k::WORKERS], queue.put), daemon=True)
+        process.start()
+        workers.append((process, queue))
+    try:
+        for index in range(len(chunks)):
+            process, queue = workers[index % WORKERS]
+            while True:
+                try:
+                    out = queue.get(timeout=5)
+                    break
+                except Empty:
+                    if not process.is_alive():
+                        raise RuntimeError(f"A lead generator stopped (exit code {process.exitcode}).") from None
+            yield out
+    finally:
+        for process, _ in workers:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@contextlib.contextmanager
+def _indexes_built_after(models: Sequence[type[pw.Model]]) -> Iterator[None]:
+    """Set the tables' secondary indexes, triggers (and PostgreSQL's foreign keys, checked by a
+    trigger per row) aside, and create them again, exactly as they were, once the rows are in."""
+    dropped: list[str] = []
+    restore: list[str] = []
+    for model in models:
+        table = model._meta.table_name
+        if is_postgres():
+            for name, definition in database.execute_sql(
+                    "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                    "WHERE conrelid = %s::regclass AND contype = 'f'", (f'"{table}"',)).fetchall():
+                dropped.append(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
+                restore.append(f'ALTER TABLE "{table}" ADD CONSTRAINT "{name}" {definition}')
+            for name, definition in database.execute_sql(
+                    "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
+                    "AND NOT tgisinternal", (f'"{table}"',)).fetchall():
+                dropped.append(f'DROP TRIGGER "{name}" ON "{table}"')
+                restore.append(definition)
+            rows = database.execute_sql(
+                "SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                "WHERE x.indrelid = %s::regclass AND NOT x.indisprimary", (f'"{table}"',)).fetchall()
+        else:
+            for name, definition in database.execute_sql(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (table,)).fetchall():
+                dropped.append(f'DROP TRIGGER "{name}"')
+                restore.append(definition)
+            rows = database.execute_sql("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                                        "AND tbl_name = ? AND sql IS NOT NULL", (table,)).fetchall()
+        for name, definition in rows:
+            dropped.append(f'DROP INDEX "{name}"')
+            restore.insert(0, definition)   # indexes before the constraints that use them
+    for statement in dropped:
+        database.execute_sql(statement)
+    yield
+    for statement in restore:
+        database.execute_sql(statement)
+
+
+def _without_taken(out: dict[str, list[tuple]], workspace_id: int) -> dict[str, list[tuple]]:
+    """Drop generated leads (and their history) whose phone or e-mail a lead already has."""
+    phones = [row[5] for row in out["lead"] if row[5]]
+    emails = [row[6] for row in out["lead"] if row[6]]
+    taken_phones, taken_emails = _taken(phones, emails, workspace_id)
+    if not taken_phones and not taken_emails:
+        return out
+    dropped = {row[0] for row in out["lead"] if row[5] in taken_phones or row[6] in taken_emails}
+    return {"lead": [r for r in out["lead"] if r[0] not in dropped],
+            "transition": [r for r in out["transition"] if r[2] not in dropped],
+            "activity": [r for r in out["activity"] if r[2] not in dropped]}
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class _bulk_session:
+    """SQLite only, for this connection while loading: no fsync per commit and a large page cache."""
+
+    def __enter__(self):
+        if not is_postgres():
+            self.saved = {name: database.execute_sql(f"PRAGMA {name}").fetchone()[0]
+                          for name in ("synchronous", "cache_size", "foreign_keys", "threads", "analysis_limit")}
+            # The generator makes every reference itself; checking each one costs a lookup per row.
+            database.execute_sql("PRAGMA foreign_keys = OFF")
+            database.execute_sql("PRAGMA synchronous = OFF")
+            database.execute_sql("PRAGMA cache_size = -1000000")
+            database.execute_sql("PRAGMA threads = 2")             # CREATE INDEX sorts in parallel
+            database.execute_sql("PRAGMA analysis_limit = 1000")   # ANALYZE samples each index
+        return self
+
+    def __exit__(self, *exc):
+        if not is_postgres():
+            for name, value in self.saved.items():
+                database.execute_sql(f"PRAGMA {name} = {value}")
+            database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        return False
+

@@ -1,0 +1,133 @@
+"""State kept for speed stays exact: cached reference tables, open-lead counts, synthetic leads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import peewee as pw
+import phonenumbers
+
+from leadsvc import pipeline, synthetic
+from leadsvc.documents import Refs
+from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Source, Status, Transition, Workspace
+
+
+def new_lead(client, ws, phone: str, **fields) -> dict:
+    response = client.post("/api/v1/leads", json={"first_name": "Asha", "phone": phone, **fields},
+                           headers=ws.headers())
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["data"]
+
+
+def real_open_counts(workspace_public_id: str) -> dict[int, int]:
+    workspace = Workspace.get(Workspace.public_id == workspace_public_id)
+    return dict(Lead.select(Lead.owner, pw.fn.COUNT(Lead.id)).join(Status)
+                .where((Lead.workspace == workspace.id) & Lead.owner.is_null(False) & (Status.kind == "open"))
+                .group_by(Lead.owner).tuples())
+
+
+def kept_open_counts(workspace_public_id: str) -> dict[int, int]:
+    workspace = Workspace.get(Workspace.public_id == workspace_public_id)
+    members = Member.select(Member.id).where(Member.workspace == workspace.id)
+    return {member: count for member, count in OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
+            .where(OpenLeadCount.member.in_(members)).tuples() if count}
+
+
+def test_renamed_member_shows_at_once_in_lead_documents(client, ws):
+    lead = new_lead(client, ws, "+919876500001")
+    owner = lead["owner"]["id"]
+    assert client.get("/api/v1/leads", headers=ws.headers()).status_code == 200   # reference tables cached
+
+    Member.update(name="Renamed Agent").where(Member.public_id == owner).execute()
+
+    listed = client.get("/api/v1/leads", headers=ws.headers()).get_json()["data"]
+    assert {row["owner"]["name"] for row in listed if row["owner"]["id"] == owner} == {"Renamed Agent"}
+
+
+def test_new_source_is_usable_at_once(client, ws):
+    assert client.get("/api/v1/leads", headers=ws.headers()).status_code == 200
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    source = Source.create(workspace=workspace, name="Hoarding", score=3)
+
+    lead = new_lead(client, ws, "+919876500002", source=source.public_id)
+
+    assert lead["source"] == {"id": source.public_id, "name": "Hoarding"}
+
+
+def test_open_lead_counts_follow_creates_moves_reassignments_and_status_kinds(client, ws):
+    leads = [new_lead(client, ws, f"+91987650010{i}") for i in range(4)]
+    assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id)
+
+    lost = ws.ids.statuses["Lost"]
+    assert client.post(f"/api/v1/leads/{leads[0]['id']}/status", json={"status": lost},
+                       headers=ws.headers()).status_code == 200
+    agent = ws.ids.members["s1@t.test"]
+    assert client.patch(f"/api/v1/leads/{leads[1]['id']}", json={"owner": agent},
+                        headers=ws.headers()).status_code == 200
+    assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id)
+
+    Status.update(kind="won").where(Status.public_id == ws.ids.statuses["New"]).execute()
+    assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id) == {}
+
+
+def test_least_open_routing_gives_the_lead_to_the_agent_with_fewest_open_leads(client, make_workspace):
+    def least_open_north(data):
+        data["rules"] = [{"name": "North by load", "when": {}, "assign": {"team": "North", "strategy": "least_open"}}]
+    ws = make_workspace(least_open_north)
+    owners = [new_lead(client, ws, f"+91987650020{i}")["owner"]["id"] for i in range(4)]
+    n1, n2 = ws.ids.members["n1@t.test"], ws.ids.members["n2@t.test"]
+    assert sorted(owners) == sorted([n1, n1, n2, n2])
+
+    n1_lead = next(lead for lead in client.get("/api/v1/leads", headers=ws.headers()).get_json()["data"]
+                   if lead["owner"]["id"] == n1)
+    assert client.post(f"/api/v1/leads/{n1_lead['id']}/status", json={"status": ws.ids.statuses["Lost"]},
+                       headers=ws.headers()).status_code == 200
+
+    assert new_lead(client, ws, "+919876500299")["owner"]["id"] == n1
+
+
+def test_synthetic_leads_keep_every_invariant_the_api_relies_on(client, ws):
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    assert synthetic.add_leads(workspace, 300, seed=7) == 300
+
+    refs = Refs.load(workspace, client.application.config["LEADSVC"])
+    first = refs.first_status()
+    leads = list(Lead.select().where(Lead.workspace == workspace.id))
+    assert len(leads) == 300
+    for lead in leads:
+        assert lead.phone or lead.email
+        if lead.phone:
+            parsed = phonenumbers.parse(lead.phone, "IN")
+            assert phonenumbers.number_type(parsed) == phonenumbers.PhoneNumberType.MOBILE
+            assert phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164) == lead.phone
+        if lead.email:
+            assert lead.email == lead.email.lower()
+        assert lead.team_id == refs.members[lead.owner_id].team_id
+        assert lead.activity_sort_at == (lead.last_activity_at or NEVER)
+        assert lead.version == 1
+        chain = list(Transition.select().where(Transition.lead == lead.id).order_by(Transition.at, Transition.id))
+        assert chain[0].from_status_id is None and chain[0].to_status_id == first.id
+        assert chain[0].at == lead.created_at
+        for before, after in zip(chain, chain[1:]):
+            assert after.from_status_id == before.to_status_id
+            assert refs.statuses[after.to_status_id].public_id in refs.statuses[before.to_status_id].next_ids(
+                refs.pipeline())
+            assert after.seconds_in_from == int((after.at - before.at).total_seconds())
+        assert chain[-1].to_status_id == lead.status_id and chain[-1].at == lead.status_changed_at
+        assert lead.created_at <= lead.updated_at <= datetime.utcnow()
+        expected = Lead(**lead.__data__)
+        pipeline.rescore(expected, refs)
+        assert (lead.score, lead.score_reasons) == (expected.score, expected.score_reasons)
+    assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id)
+
+    page = client.get("/api/v1/leads?page[size]=200", headers=ws.headers())
+    assert page.status_code == 200 and len(page.get_json()["data"]) == 200
+
+
+def test_synthetic_leads_never_clash_with_existing_ones(client, ws):
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    synthetic.add_leads(workspace, 50, seed=3)
+
+    assert synthetic.add_leads(workspace, 50, seed=3) == 50   # the same seed again: new numbers
+
+    assert Lead.select().where(Lead.workspace == workspace.id).count() == 100
