@@ -422,7 +422,10 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
                 progress(out["size"])
         if fresh:
             routing.recount_open_leads(workspace.id)   # its triggers were set aside
-        database.execute_sql("ANALYZE lead, transition, activity" if is_postgres() else "ANALYZE")
+    # Statistics for the planner and, on PostgreSQL, the visibility map: without it an
+    # index-only scan visits the heap for every row (a report walking 500,000 index entries took
+    # 1.4 s instead of 0.09 s). Autovacuum would get there eventually; a bulk load should not wait.
+    database.execute_sql("VACUUM (ANALYZE) lead, transition, activity" if is_postgres() else "ANALYZE")
     return written
 
 
