@@ -11,17 +11,20 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 import peewee as pw
 
 from . import routing
 from .auth import Caller, lead_scope, member_scope
-from .db import any_of, database, for_update
+from .db import any_of, database, for_update, insert_row
 from .documents import Refs, etag
-from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition, Workspace, utcnow)
+from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
+                     Workspace, utcnow)
 from .problems import Conflict, PreconditionFailed, ValidationFailed
 from .scoring import ENGAGEMENT_POINTS, score_lead
+
+ModelT = TypeVar("ModelT", bound=pw.Model)
 
 MAX_TEXT_FIELD = 500   # characters in a text custom field
 
@@ -155,16 +158,22 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _insert(row: ModelT) -> ModelT:
+    """A new row (its defaults already filled in by the model) written with db.insert_row."""
+    row.id = insert_row(type(row), row.__data__)
+    return row
+
+
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
               at: datetime | None = None) -> Activity:
     now = utcnow()
-    return Activity.create(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary,
-                           data=data or {}, occurred_at=at or now, created_at=now, **actor.columns())
+    return _insert(Activity(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary, data=data or {},
+                            occurred_at=at or now, created_at=now, **actor.columns()))
 
 
 def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return AuditEntry.create(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
-                             request_id=actor.request_id, **actor.columns())
+    return _insert(AuditEntry(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
+                              request_id=actor.request_id, **actor.columns()))
 
 
 def _lock(lead: Lead) -> Lead:
@@ -214,7 +223,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
         if existing is not None:
             return _duplicate(existing, matched_on, data, actor)
         assignment = routing.route(workspace, {**data, "source": source.public_id if source else None,
-                                               "custom_fields": custom})
+                                               "custom_fields": custom}, refs.members)
         now = utcnow()
         status = refs.first_status()
         lead = Lead(workspace=workspace.id, first_name=data.get("first_name") or "",
@@ -226,15 +235,15 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
         rescore(lead, refs)
         try:
             with database.atomic():
-                lead.save(force_insert=True)
+                _insert(lead)
         except pw.IntegrityError:
             # A concurrent create won the unique index: answer with its lead instead.
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
             if existing is None:
                 raise
             return _duplicate(existing, matched_on, data, actor)
-        Transition.create(workspace=workspace.id, lead=lead, from_status=None, to_status=status, at=now,
-                          **actor.columns())
+        _insert(Transition(workspace=workspace.id, lead=lead, from_status=None, to_status=status, at=now,
+                           **actor.columns()))
         _activity(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")})
         _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
         recorded = {name: plain(value) for name, value in
@@ -363,10 +372,10 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         if target.public_id not in allowed:
             raise Conflict(f"A lead in {here.name} cannot move to {target.name}. It can move to: {options}.")
         now = utcnow()
-        transition = Transition.create(
+        transition = _insert(Transition(
             workspace=current.workspace_id, lead=current, from_status=here, to_status=target, note=note,
             at=now, seconds_in_from=max(0, int((now - current.status_changed_at).total_seconds())),
-            **actor.columns())
+            **actor.columns()))
         current.status, current.status_changed_at = target, now
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import peewee as pw
 
-from .models import Lead, Member, OpenLeadCount, Rule, Status, Team, Workspace
+from .models import Lead, Member, OpenLeadCount, Rule, Status, Workspace
 
 
 @dataclass(frozen=True)
@@ -47,29 +47,25 @@ def matches(conditions: Mapping[str, Any], lead: Mapping[str, Any]) -> bool:
     return True
 
 
-def route(workspace: Workspace, lead: Mapping[str, Any]) -> Assignment:
-    """Choose the owner of a new lead. Call inside the create transaction, after locking the workspace."""
+def route(workspace: Workspace, lead: Mapping[str, Any], members: Mapping[int, Member]) -> Assignment:
+    """Choose the owner of a new lead among the workspace's members (by internal id). Call inside
+    the create transaction, after locking the workspace: the rules' rotation state is read there."""
+    agents = sorted((m for m in members.values() if m.active and m.role == "agent"), key=lambda m: m.id)
     for rule in Rule.select().where(Rule.workspace == workspace.id).order_by(Rule.position, Rule.id):
         if not matches(rule.conditions, lead):
             continue
         reason = {"rule": rule.public_id, "rule_name": rule.name, "strategy": rule.strategy}
         if rule.strategy == "member":
-            member = Member.get_or_none((Member.id == rule.member_id) & Member.active)
+            member = members.get(rule.member_id)
+            member = member if member is not None and member.active else None
         else:
-            agents = _active_agents(Member.team == rule.team_id)
-            member = (_least_open(agents) if rule.strategy == "least_open"
-                      else _next_in_rotation(agents, rule, Rule))
+            team = [agent for agent in agents if agent.team_id == rule.team_id]
+            member = _least_open(team) if rule.strategy == "least_open" else _next_in_rotation(team, rule, Rule)
         if member is not None:
             return Assignment(member, {**reason, "member": member.public_id})
-    agents = _active_agents(Member.workspace == workspace.id)
     member = _next_in_rotation(agents, workspace, Workspace)
     return Assignment(member, {"rule": None, "strategy": "round_robin",
                                "member": member.public_id if member else None})
-
-
-def _active_agents(where: pw.Expression) -> list[Member]:
-    return list(Member.select(Member, Team).join(Team, pw.JOIN.LEFT_OUTER)
-                .where(where & Member.active & (Member.role == "agent")).order_by(Member.id))
 
 
 def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: type) -> Member | None:
