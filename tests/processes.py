@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from served import free_port  # noqa: F401  (re-exported: the process tests take it from here)
+
 DEADLINE = 90   # seconds: generous, the machine may be busy; nothing here measures speed
 
 # A small workspace for processes started from a setup file: three agents on two teams.
@@ -55,12 +57,6 @@ kind = "won"
 name = "Website"
 score = 10
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def clean_env(**settings: str) -> dict[str, str]:
