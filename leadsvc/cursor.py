@@ -53,7 +53,7 @@ class Order:
         if isinstance(self.column, pw.DateTimeField):
             if isinstance(value, datetime):
                 return value
-        elif isinstance(value, int) and not isinstance(value, bool):
+        elif isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31:
             return value
         raise ValueError("sort value of the wrong type")
 

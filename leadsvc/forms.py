@@ -22,9 +22,9 @@ from werkzeug.datastructures import MultiDict
 
 from . import pipeline
 from .config import settings
-from .documents import Refs, json_response
-from .extensions import Blueprint
-from .models import CustomField, Form, Workspace
+from .documents import Refs, cached_refs, json_response
+from .extensions import Blueprint, check_storable
+from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import Forbidden, NotFound, UnsupportedMediaType, ValidationFailed, flatten_messages
 from .schemas import HONEYPOT, FormReceiptSchema, FormSubmissionSchema
 
@@ -49,10 +49,15 @@ SUBMISSION_BODY = {
 }
 
 
+FORM_ID = public_id_pattern("form_")
+
+
 def find_form(form_id: str) -> Form:
-    form = Form.select(Form, Workspace).join(Workspace).where(Form.public_id == form_id).first()
+    form = None
+    if FORM_ID.match(form_id):   # anything else cannot exist, and is neither queried nor echoed
+        form = Form.select(Form, Workspace).join(Workspace).where(Form.public_id == form_id).first()
     if form is None:
-        raise NotFound(f"No form {form_id}.")
+        raise NotFound("There is no form with this id.")
     return form
 
 
@@ -113,15 +118,14 @@ def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) 
 
 
 def submission() -> tuple[Mapping[str, Any], bool]:
-    """The submitted fields and whether they came form-encoded (from an HTML page)."""
+    """The submitted fields and whether they came form-encoded (from an HTML page), read by the
+    API's own parser: the same 422s for bad JSON and for text no database can store."""
     if request.mimetype in FORM_TYPES:
+        check_storable(request.form.to_dict(flat=False))
         return request.form, True
     if request.mimetype != "application/json":
         raise UnsupportedMediaType("Send the fields as JSON or form-encoded (application/x-www-form-urlencoded).")
-    data = request.get_json(silent=True)
-    if not isinstance(data, dict):
-        raise ValidationFailed.field("body", "The request body must be a JSON object.")
-    return data, False
+    return blp.ARGUMENTS_PARSER.load_json(request, FormSubmissionSchema()), False
 
 
 def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created | None:
@@ -157,17 +161,15 @@ class FormPage(MethodView):
             form = find_form(form_id)
         except NotFound:
             return Response(render_template("form_missing.html"), status=404, mimetype="text/html")
-        return page(form, Refs.load(form.workspace, settings()))
+        return page(form, cached_refs(form.workspace, settings()))
 
 
 @blp.route("/api/v1/forms/<form_id>/submissions")
 class FormSubmissions(MethodView):
     @blp.doc(security=[], requestBody=SUBMISSION_BODY)
-    @blp.response(201, FormReceiptSchema, description="JSON: a lead was created (or the honeypot was filled).")
-    @blp.alt_response(200, schema=FormReceiptSchema, success=True,
-                      description="JSON: the phone or e-mail matched an existing lead, so nothing new was created. "
-                                  "Form-encoded submissions always get the HTML thank-you page with 200, and the "
-                                  "form again with the errors shown (422) when input is invalid.")
+    @blp.response(201, FormReceiptSchema, description="JSON: the submission was taken (a new lead, a duplicate of "
+                  "one, or dropped by the honeypot: the receipt does not say which). Form-encoded submissions get "
+                  "the HTML thank-you page with 200, or the form again with the errors shown (422).")
     @blp.alt_response(403, response="FORBIDDEN")
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(415, response="UNSUPPORTED_MEDIA_TYPE")
@@ -178,12 +180,12 @@ class FormSubmissions(MethodView):
         form = find_form(form_id)
         check_origin(form)
         raw, from_page = submission()
-        refs = Refs.load(form.workspace, settings())
+        refs = cached_refs(form.workspace, settings())
         if not from_page:
-            created = accept(form, raw, refs)
-            duplicate = created is not None and created.duplicate
-            return json_response({"data": {"form": form.public_id, "message": THANKS}, "duplicate": duplicate},
-                                 200 if duplicate else 201)
+            # The same receipt whether the lead was new, a duplicate or a bot's: an anonymous caller
+            # must not learn which phones and e-mails are already leads.
+            accept(form, raw, refs)
+            return json_response({"data": {"form": form.public_id, "message": THANKS}}, 201)
         try:
             accept(form, from_form_fields(raw, refs.custom_fields), refs)
         except ValidationFailed as exc:

@@ -33,6 +33,7 @@ import peewee as pw
 from apispec import BasePlugin
 from flask import Flask, Response, g, request
 
+from .auth import current_caller
 from .db import database, is_postgres, sqlstate
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
@@ -85,11 +86,11 @@ def reserve() -> Response | None:
     """Replay a recorded response, or reserve the key and let the request run in its transaction."""
     if request.method != "POST" or HEADER not in request.headers or request.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
+    if current_caller() is None and request.blueprint != "forms":
+        return None   # no valid token where one is needed: the view answers 401, never recorded
     key = request.headers[HEADER]
     if not KEY_PATTERN.fullmatch(key):
         raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")
-    if "Authorization" in request.headers and caller_key().startswith("ip:"):
-        return None   # an invalid token: the view answers 401, and that is never recorded
     scope, digest = caller_key(), request_hash()
     _purge_now_and_then()
     recorded = _recorded(scope, key)

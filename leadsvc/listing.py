@@ -25,6 +25,7 @@ PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90
                    "this_month", "last_month", "this_quarter", "this_year")
 BANDS = ("hot", "warm", "cold")
 FILTER_KEY = re.compile(r"^filter\[.*\]$")
+MIN_YEAR, MAX_YEAR = 1900, 9998
 
 
 # --- created_at periods ----------------------------------------------------------------------
@@ -108,10 +109,14 @@ def _moment(text: str) -> date | datetime | None:
         return None
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            return date.fromisoformat(text)
-        return datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+            moment = date.fromisoformat(text)
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise ValueError(f"{text!r} is not an ISO date (2026-01-31) or datetime (2026-01-31T09:00:00+05:30).") from None
+    if not MIN_YEAR <= moment.year <= MAX_YEAR:   # the edges of the calendar cannot take a time zone shift
+        raise ValueError(f"Use years from {MIN_YEAR} to {MAX_YEAR}.")
+    return moment
 
 
 def _comparable(value: date | datetime) -> datetime:

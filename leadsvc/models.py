@@ -201,6 +201,9 @@ class Lead(BaseModel):
     activity_sort_at = pw.DateTimeField(default=NEVER)
 
     class Meta:
+        # A write names only the columns it changed: an UPDATE of owner or status fires the
+        # open-lead counter triggers, and every other column is work for nothing.
+        only_save_dirty = True
         # Each sort has an index per scope root (workspace for admins, team for managers,
         # owner for agents) ending in the public id, so keyset pages are index range scans.
         indexes = (

@@ -6,7 +6,6 @@ definitions, duplicate detection, routing and scoring happen the same way for ev
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -21,12 +20,14 @@ from .db import any_of, database, for_update, insert_row
 from .documents import Refs, etag
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
-from .problems import Conflict, PreconditionFailed, ValidationFailed
+from .problems import Conflict, NotFound, PreconditionFailed, ValidationFailed
+from .schemas import rfc3339
 from .scoring import ENGAGEMENT_POINTS, score_lead
 
 ModelT = TypeVar("ModelT", bound=pw.Model)
 
 MAX_TEXT_FIELD = 500   # characters in a text custom field
+MAX_NUMBER = 10**15     # the largest magnitude of a number custom field
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,10 @@ def _field_value(value: Any, definition: CustomField) -> Any:
             raise ValueError(f"At most {MAX_TEXT_FIELD} characters.")
         return value
     if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError("Must be a number.")
+        if not -MAX_NUMBER <= value <= MAX_NUMBER:   # also NaN and the infinities
+            raise ValueError(f"Must be a number between -{MAX_NUMBER:.0e} and {MAX_NUMBER:.0e}.")
         return value
     if kind == "boolean":
         if not isinstance(value, bool):
@@ -152,7 +155,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, datetime):
-        return value.isoformat() + "Z"
+        return rfc3339(value)
     if isinstance(value, pw.Model):
         return value.public_id
     return value
@@ -176,9 +179,16 @@ def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> Au
                               request_id=actor.request_id, **actor.columns()))
 
 
-def _lock(lead: Lead) -> Lead:
-    """The lead's current row, locked until the transaction ends."""
-    return for_update(Lead.select().where(Lead.id == lead.id)).get()
+def _lock(lead: Lead, actor: Actor) -> Lead:
+    """The lead's current row, locked until the transaction ends, if the actor still sees it: a
+    reassignment between the view's lookup and this lock must not let a write through."""
+    query = Lead.select().where(Lead.id == lead.id)
+    if actor.lead_scope is not None:
+        query = query.where(actor.lead_scope)
+    current = for_update(query).first()
+    if current is None:
+        raise NotFound(f"No lead {lead.public_id}.")
+    return current
 
 
 def _check_if_match(lead: Lead, if_match: str | None) -> None:
@@ -284,7 +294,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
     custom = check_custom_fields(changes.get("custom_fields") or {}, refs.custom_fields, allow_null=True)
 
     with database.atomic():
-        current = _lock(lead)
+        current = _lock(lead, actor)
         _check_if_match(current, if_match)
         diff: dict[str, dict[str, Any]] = {}
         for name, new in wanted.items():
@@ -309,7 +319,11 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         _check_contact_is_free(current, diff)
         current.custom_fields = merged
         if "owner" in diff:
+            team_before = current.team_id
             current.team = current.owner.team_id if current.owner else None
+            if current.team_id != team_before:   # the team decides a manager's scope: audit it too
+                teams = {team.id: team.public_id for team in refs.teams.values()}
+                diff["team"] = {"old": teams.get(team_before), "new": teams.get(current.team_id)}
         now = utcnow()
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)
@@ -362,7 +376,7 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
     if target is None:
         raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
     with database.atomic():
-        current = _lock(lead)
+        current = _lock(lead, actor)
         _check_if_match(current, if_match)
         here = refs.statuses[current.status_id]
         allowed = here.next_ids(refs.pipeline())
@@ -410,7 +424,7 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
     if kind not in CONTACT_KINDS:
         raise ValueError(f"not a contact kind: {kind}")
     with database.atomic():
-        current = _lock(lead)
+        current = _lock(lead, actor)
         before = {"last_activity_at": current.last_activity_at, "score": current.score}
         activity = _activity(current, actor, kind, summary, at=occurred_at)
         at = activity.occurred_at

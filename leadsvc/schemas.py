@@ -497,5 +497,3 @@ class FormReceiptSchema(ma.Schema):
     """What a JSON submission gets back: a receipt, never the lead (the caller is anonymous)."""
 
     data = ma.fields.Nested(FormReceiptBodySchema, required=True)
-    duplicate = ma.fields.Boolean(required=True, metadata={
-        "description": "Whether the phone or e-mail matched an existing lead (then nothing new was created)."})

@@ -79,8 +79,7 @@ def test_json_submission_creates_a_routed_lead_with_the_forms_source(client, ten
     response = submit_json(client, form_id, {"first_name": "Asha", "phone": phone,
                                              "custom_fields": {"product_interest": "villa"}})
     assert response.status_code == 201
-    assert response.json == {"data": {"form": form_id, "message": response.json["data"]["message"]},
-                             "duplicate": False}
+    assert response.json == {"data": {"form": form_id, "message": response.json["data"]["message"]}}
     lead = leads_of(tenant).where(Lead.phone == phone).get()
     assert lead.source.public_id == tenant.ids.sources["Website"]
     assert lead.owner.public_id == tenant.ids.members["s1@t.test"]          # the South rule's only agent
@@ -90,11 +89,11 @@ def test_json_submission_creates_a_routed_lead_with_the_forms_source(client, ten
     assert Activity.get((Activity.lead == lead.id) & (Activity.kind == "created")).data == {"via": "form"}
 
 
-def test_json_submission_never_returns_lead_data(client, tenant, form_id):
+def test_json_submission_never_says_whether_a_contact_is_already_a_lead(client, tenant, form_id):
     phone = new_phone()
     first = submit_json(client, form_id, {"first_name": "Asha", "email": "asha@example.com", "phone": phone})
     again = submit_json(client, form_id, {"phone": phone})
-    assert again.status_code == 200 and again.json["duplicate"] is True
+    assert (first.status_code, again.status_code) == (201, 201) and first.json == again.json
     for response in (first, again):
         text = response.get_data(as_text=True)
         assert "Asha" not in text and "asha@example.com" not in text and "ld_" not in text
@@ -104,7 +103,7 @@ def test_duplicate_submission_creates_nothing_and_is_on_the_lead_timeline(client
     phone = new_phone()
     submit_json(client, form_id, {"phone": phone})
     before = leads_of(tenant).count()
-    assert submit_json(client, form_id, {"phone": phone, "first_name": "Again"}).status_code == 200
+    assert submit_json(client, form_id, {"phone": phone, "first_name": "Again"}).status_code == 201
     assert leads_of(tenant).count() == before
     lead = leads_of(tenant).where(Lead.phone == phone).get()
     assert Activity.select().where((Activity.lead == lead.id) & (Activity.kind == "duplicate_submission")).count() == 1
@@ -213,7 +212,7 @@ def test_filled_honeypot_is_answered_like_a_success_and_dropped(client, tenant, 
     fields = {"phone": new_phone(), "first_name": "Bot", "website": "http://spam.test"}
     if encoding == "json":
         response = submit_json(client, form_id, fields)
-        assert response.status_code == 201 and response.json["duplicate"] is False
+        assert response.status_code == 201 and "duplicate" not in response.json
     else:
         response = submit_form(client, form_id, fields)
         assert response.status_code == 200 and "Thank you" in response.get_data(as_text=True)
@@ -255,3 +254,18 @@ def test_a_token_of_another_workspace_changes_nothing(client, tenant, other_ws, 
     assert response.status_code == 201
     assert leads_of(tenant).where(Lead.phone == phone).exists()
     assert not leads_of(other_ws).where(Lead.phone == phone).exists()
+
+
+@pytest.mark.parametrize("body", ['{"first_name": "\\ud800x", "phone": "9876543210"}',
+                                  '{"first_name": "a\\u0000b", "phone": "9876543210"}',
+                                  "[" * 5000 + "]" * 5000, "[1]", "{"])
+def test_a_json_body_the_api_would_refuse_is_422_here_too(client, tenant, form_id, body):
+    before = leads_of(tenant).count()
+    response = client.post(f"/api/v1/forms/{form_id}/submissions", data=body, content_type="application/json")
+    assert response.status_code == 422 and response.json["code"] == "validation_failed"
+    assert leads_of(tenant).count() == before
+
+
+def test_a_malformed_form_id_is_404_without_echoing_it(client):
+    response = client.post("/api/v1/forms/form_<script>/submissions", json={"phone": "9876543210"})
+    assert response.status_code == 404 and "<script>" not in response.get_data(as_text=True)

@@ -232,3 +232,9 @@ def test_a_key_still_in_progress_is_409_on_postgresql(app, ws, backend, monkeypa
     assert response.status_code == 409 and response.json["code"] == "conflict"
     assert response.headers["Retry-After"] == "1"
     assert "in progress" in response.json["detail"]
+
+
+def test_a_post_without_a_valid_token_is_401_whatever_its_key(client, ws):
+    for key in ("a key with spaces", "fine-key"):
+        response = client.post("/api/v1/leads", json={"email": "x@example.com"}, headers={"Idempotency-Key": key})
+        assert response.status_code == 401 and response.json["code"] == "unauthenticated"

@@ -93,7 +93,7 @@ def test_custom_fields_are_checked_against_their_definitions(client, ws):
                                                 "notes_from_call": "  wants a garden "})
     assert ok["custom_fields"] == {"product_interest": "villa", "budget_confirmed": True, "family_size": 4,
                                    "site_visit_on": "2026-12-01", "notes_from_call": "wants a garden"}
-    bad = {"product_interest": "castle", "budget_confirmed": "yes", "family_size": "four",
+    bad = {"product_interest": "castle", "budget_confirmed": "yes", "family_size": 10**400,
            "site_visit_on": "2026-02-30", "favourite_colour": "blue"}
     response = post(client, ws, lead_body(ws, custom_fields=bad))
     assert response.status_code == 422

@@ -41,3 +41,23 @@ def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
     row = Lead.get(Lead.public_id == lead["id"])
     assert (row.first_name, row.status_id, row.version) == ("Asha", Lead.get(Lead.public_id == lead["id"]).status_id, 1)
     assert client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).json["data"] == lead
+
+
+def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
+    """A lead reassigned between the view's lookup and the write's lock is no longer the caller's."""
+    from leadsvc.auth import Caller, lead_scope
+    from leadsvc.documents import Refs
+    from leadsvc.problems import NotFound
+    from leadsvc.config import load_settings
+    lead = create_lead(client, ws)
+    row = Lead.get(Lead.public_id == lead["id"])
+    agent = next(ws.member(e) for e, m in ws.ids.members.items() if m == lead["owner"]["id"])
+    caller = Caller(None, agent, agent.workspace, frozenset())
+    actor = pipeline.Actor(workspace=agent.workspace, member=agent, lead_scope=lead_scope(caller))
+    refs = Refs.load(agent.workspace, load_settings("/dev/null"))
+    Lead.update(owner=None).where(Lead.id == row.id).execute()   # reassigned meanwhile
+    with pytest.raises(NotFound):
+        pipeline.update_lead(row, {"first_name": "Stale"}, actor, refs)
+    with pytest.raises(NotFound):
+        pipeline.move_status(row, ws.ids.statuses["Contacted"], None, actor, refs)
+    assert Lead.get_by_id(row.id).first_name == "Asha"

@@ -80,6 +80,7 @@ def test_id_filters_take_comma_separated_public_ids(client, ws):
                                          ("filter[source]", "src_short"), ("filter[score_band]", "lukewarm"),
                                          ("filter[created_at]", "yesteryear"), ("filter[created_at]", "2026-13-01.."),
                                          ("filter[created_at]", "2026-02-01..2026-01-01"), ("filter[created_at]", ".."),
+                                         ("filter[created_at]", "..9999-12-31"), ("filter[created_at]", "0001-01-01.."),
                                          ("sort", "name"), ("sort", "-score"), ("page[size]", "0"),
                                          ("page[size]", "201"), ("page[size]", "ten"), ("page[after]", "garbage!"),
                                          ("color", "red")])
@@ -252,3 +253,13 @@ def test_a_crafted_cursor_with_a_bad_id_is_422(client, ws):
         cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
         response = client.get("/api/v1/leads", query_string={"page[after]": cursor}, headers=ws.headers())
         assert response.status_code == 422 and "page[after]" in response.json["errors"]
+
+
+def test_a_crafted_cursor_with_a_huge_sort_value_is_422(client, ws):
+    import base64
+    import json
+    from leadsvc.listing import binding
+    raw = json.dumps([binding("score", {}), 10**20, "ld_" + "A" * 20]).encode()
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    response = client.get("/api/v1/leads", query_string={"sort": "score", "page[after]": cursor}, headers=ws.headers())
+    assert response.status_code == 422 and "page[after]" in response.json["errors"]

@@ -135,6 +135,10 @@ def test_changing_the_owner_needs_leads_assign(client, ws):
     row = Lead.get(Lead.public_id == lead["id"])
     assigned = Activity.select().where((Activity.lead == row.id) & (Activity.kind == "assigned")).order_by(Activity.id)
     assert list(assigned)[-1].data == {"rule": None, "strategy": "manual", "member": target}
+    [entry] = audit_rows(lead["id"])
+    assert entry.changes["owner"] == {"old": lead["owner"]["id"], "new": target}
+    if lead["team"]["name"] != "South":
+        assert entry.changes["team"] == {"old": lead["team"]["id"], "new": ws.ids.teams["South"]}
 
 
 def test_a_manager_can_assign_only_within_its_team(client, ws):

@@ -106,7 +106,7 @@ def test_logging_an_activity_is_audited_with_old_and_new_values(client, ws, make
     entry = client.get(url(lead, "audit"), headers=ws.headers()).json["data"][-1]
     assert entry["action"] == "activity_logged"
     assert entry["changes"]["activity"]["new"] == activity["id"]
-    assert entry["changes"]["last_activity_at"] == {"old": None, "new": "2026-01-02T00:00:00Z"}
+    assert entry["changes"]["last_activity_at"] == {"old": None, "new": "2026-01-02T00:00:00.000000Z"}
 
 
 @pytest.mark.parametrize("body, field", [
