@@ -192,6 +192,11 @@ class Server:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU time the serving process has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -304,17 +309,23 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
                       "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"])}
         marks = db.high_water()
         try:
+            # CPU per create says where the ratio comes from: one process, one GIL, two cores.
+            cpu = leadsvc.cpu_seconds()
             own = wrk(leadsvc.url(list_path), secret["admin"], connections=8, seconds=seconds,
                       script="create.lua", env=create_env)
+            own_cpu, cpu = leadsvc.cpu_seconds() - cpu, baseline.cpu_seconds()
             base = wrk(baseline.url(list_path), secret["admin"], connections=8, seconds=seconds,
                        script="create.lua", env=create_env)
+            base_cpu = baseline.cpu_seconds() - cpu
             with db.connect() as conn:
                 created = conn.execute(f"SELECT COUNT(*) FROM lead WHERE id > {marks['lead']}").fetchone()[0]
         finally:
             db.restore(marks)
         results["create"] = {"rps": own["rps"], "baseline_rps": base["rps"], "ratio": round(own["rps"] / base["rps"], 3),
                              "p50_ms": own["p50_ms"], "p99_ms": own["p99_ms"], "errors": own["errors_status"],
-                             "baseline_errors": base["errors_status"], "leads_created": created}
+                             "baseline_errors": base["errors_status"], "leads_created": created,
+                             "cpu_ms": round(1000 * own_cpu / max(1, own["requests"]), 2),
+                             "baseline_cpu_ms": round(1000 * base_cpu / max(1, base["requests"]), 2)}
 
         log(f"{db.backend}: reports, admin scope")
         results["reports"] = {}
@@ -411,6 +422,7 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   f"p99 {pages['deep_p99_ms']:.2f} ms | |",
                   f"| create, 8 connections | {c['rps']:.0f} req/s (p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
                   f"{c['leads_created']:,} leads created, {c['errors']} errors) | {c['baseline_rps']:.0f} req/s |",
+                  f"| CPU of the serving process per create | {c['cpu_ms']:.2f} ms | {c['baseline_cpu_ms']:.2f} ms |",
                   f"| peak RSS | {r['rss_mb']:.0f} MB | {r['baseline_rss_mb']:.0f} MB |", ""]
     return "\n".join(lines)
 

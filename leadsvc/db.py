@@ -9,10 +9,11 @@ import json
 import operator
 import sqlite3
 import threading
+from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
@@ -57,8 +58,8 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
         # IMMEDIATE makes writers queue on busy_timeout instead of failing a lock upgrade. Each
         # serving thread keeps its connection, so the page cache is per thread: 8 MB each keeps a
         # process well under 200 MB, and the OS's file cache serves the rest.
-        return pw.SqliteDatabase(
-            str(path), lock_type="IMMEDIATE", check_same_thread=False,
+        return _QueuedSqlite(
+            str(path), lock_type="IMMEDIATE", check_same_thread=False, busy_timeout_ms=busy_timeout_ms,
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
                      "synchronous": "normal", "cache_size": -8000},
         )
@@ -79,6 +80,51 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         if not getattr(conn, "_leadsvc_loaders", False):   # once per connection, not per checkout
             conn.adapters.register_loader("jsonb", _jsonb_loader())
             conn._leadsvc_loaders = True
+
+
+class _QueuedSqlite(pw.SqliteDatabase):
+    """SQLite whose write transactions queue on a mutex within the process.
+
+    SQLite has one writer at a time; a connection that finds the lock taken sleeps in its busy
+    handler for 1, 2, 5, ... up to 100 ms before it looks again, so under load the lock sits free
+    while the waiters sleep (creates at 8 connections: p99 over a second). Threads of one process
+    wait here instead, and the next starts the moment the last commits; other processes still
+    meet SQLite's busy handler. Either wait ends after busy_timeout_ms as "database is locked".
+    """
+
+    def __init__(self, *args: Any, busy_timeout_ms: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._writer = threading.Lock()
+        self._holder = threading.local()
+        self._wait_seconds = busy_timeout_ms / 1000
+
+    def begin(self, lock_type: str | None = None) -> None:
+        if not getattr(self._holder, "holds", False):
+            if not self._writer.acquire(timeout=self._wait_seconds):
+                raise pw.OperationalError("database is locked (another write of this process held it too long)")
+            self._holder.holds = True
+        try:
+            super().begin(lock_type)
+        except BaseException:
+            self._release()
+            raise
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self._release()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if getattr(self._holder, "holds", False):
+            self._holder.holds = False
+            self._writer.release()
 
 
 @functools.cache
@@ -147,25 +193,41 @@ def any_of(clauses: list[pw.Expression]) -> pw.Expression:
 
 # --- inserts on the write path --------------------------------------------------------------
 
-_insert_sql: dict[tuple[int, type, tuple[str, ...]], tuple[str, list[pw.Field]]] = {}
+_insert_sql: dict[tuple[int, type, tuple[str, ...], bool], tuple[str, list[pw.Field]]] = {}
 
 
-def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
+def insert_row(model: type[pw.Model], values: dict[str, Any], *, returning: bool = True) -> int | None:
     """INSERT one row and return its id: the SQL is written once per model and set of columns.
 
     peewee writes an INSERT afresh each time, and on the create path that costs more than the
     database's own work; the values still go through each field's db_value, as with peewee.
+    Without `returning`, nothing is read back (and inside `batched()` nothing is waited for).
     """
-    key = (id(database.obj), model, tuple(values))
+    returning = returning and is_postgres()   # SQLite has the id at hand
+    key = (id(database.obj), model, tuple(values), returning)
     if key not in _insert_sql:
         fields = [model._meta.fields[name] for name in values]
         columns = ", ".join(f'"{field.column_name}"' for field in fields)
         marks = ", ".join([database.param] * len(fields))
-        returning = ' RETURNING "id"' if is_postgres() else ""
-        _insert_sql[key] = (f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES ({marks}){returning}', fields)
+        tail = ' RETURNING "id"' if returning else ""
+        _insert_sql[key] = (f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES ({marks}){tail}', fields)
     sql, fields = _insert_sql[key]
     cursor = database.execute_sql(sql, [_parameter(field, values[field.name]) for field in fields])
-    return cursor.fetchone()[0] if is_postgres() else cursor.lastrowid
+    if returning:
+        return cursor.fetchone()[0]
+    return None if is_postgres() else cursor.lastrowid
+
+
+@contextmanager
+def batched() -> Iterator[None]:
+    """Writes whose results nobody reads, sent together: on PostgreSQL in one round trip
+    (psycopg's pipeline mode; an error surfaces when the block ends, as peewee's error). SQLite
+    runs in-process, so its statements simply run as they come."""
+    if not is_postgres():
+        yield
+        return
+    with pw.__exception_wrapper__, database.connection().pipeline():
+        yield
 
 
 def _parameter(field: pw.Field, value: Any) -> Any:
@@ -175,6 +237,25 @@ def _parameter(field: pw.Field, value: Any) -> Any:
     return field.db_value(value)
 
 
+_update_sql: dict[tuple[int, type, tuple[str, ...]], tuple[str, list[pw.Field]]] = {}
+
+
+def update_row(model: type[pw.Model], row_id: int, values: dict[str, Any]) -> None:
+    """UPDATE one row by id, its SQL written once per model and set of columns (see insert_row)."""
+    key = (id(database.obj), model, tuple(values))
+    if key not in _update_sql:
+        fields = [model._meta.fields[name] for name in values]
+        assignments = ", ".join(f'"{field.column_name}" = {database.param}' for field in fields)
+        _update_sql[key] = (f'UPDATE "{model._meta.table_name}" SET {assignments} WHERE "id" = {database.param}',
+                            fields)
+    sql, fields = _update_sql[key]
+    database.execute_sql(sql, [*(_parameter(field, values[field.name]) for field in fields), row_id])
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
 # --- prepared queries ------------------------------------------------------------------------
 
 class Prepared:
@@ -182,8 +263,8 @@ class Prepared:
 
     peewee builds a query's SQL anew on every run, which for a join of three models costs more
     than running it; a query run on every request is worth building once. `build` makes the query
-    from placeholder strings, which must reach the SQL as parameters (compare them with text
-    columns), and each call swaps the real values in.
+    from placeholders (compare columns with them; they reach the SQL as parameters, untouched by
+    the fields' conversions), and each call swaps the real values in, as the database takes them.
     """
 
     def __init__(self, build: Callable[..., pw.ModelSelect], arity: int = 1):
@@ -195,7 +276,7 @@ class Prepared:
         """The rows, as the query would give them (models, with joined models attached)."""
         key = id(database.obj)
         if key not in self.compiled:
-            query = self.build(*self.placeholders)
+            query = self.build(*(pw.Value(p, converter=_as_is) for p in self.placeholders))
             sql, params = query.sql()
             if sorted(p for p in params if p in self.placeholders) != sorted(self.placeholders):
                 raise ValueError("every placeholder must be a query parameter")

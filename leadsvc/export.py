@@ -48,7 +48,7 @@ CSV_RESPONSE = {"type": "string", "description": "A header row, then one row per
 @blp.route("/export.csv")
 class LeadExport(MethodView):
     @requires("leads:read")
-    @blp.arguments(ExportQuery, location="query")
+    @blp.arguments(ExportQuery(), location="query")
     @blp.response(200, CSV_RESPONSE, content_type="text/csv",
                   description="The leads in the caller's scope that match the filters, as CSV (UTF-8). "
                               "An unknown filter[...] gives only the header row, and names the key in "

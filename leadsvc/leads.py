@@ -55,7 +55,7 @@ class Leads(MethodView):
         })
 
     @requires("leads:create")
-    @blp.arguments(LeadCreateSchema)
+    @blp.arguments(LeadCreateSchema())
     @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
                   headers={"Location": {"schema": {"type": "string"}}})
     @blp.alt_response(200, schema=LeadCreatedSchema, success=True,
@@ -76,7 +76,7 @@ class Leads(MethodView):
 @blp.route("/<lead_id:public_id>")
 class LeadResource(MethodView):
     @requires("leads:read")
-    @blp.arguments(LeadReadQuery, location="query")
+    @blp.arguments(LeadReadQuery(), location="query")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
     @blp.alt_response(404, response="NOT_FOUND")
     def get(self, query, public_id):
@@ -101,7 +101,7 @@ class LeadResource(MethodView):
         return json_response({"data": document}, headers={"ETag": tag})
 
     @requires("leads:update")
-    @blp.arguments(LeadPatchSchema)
+    @blp.arguments(LeadPatchSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
@@ -121,7 +121,7 @@ class LeadResource(MethodView):
 @blp.route("/<lead_id:public_id>/status")
 class LeadStatus(MethodView):
     @requires("leads:status")
-    @blp.arguments(StatusMoveSchema)
+    @blp.arguments(StatusMoveSchema())
     @blp.response(200, StatusMoveResultSchema, headers=ETAG_HEADER)
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")

@@ -16,7 +16,7 @@ import peewee as pw
 
 from . import routing
 from .auth import Caller, lead_scope, member_scope
-from .db import any_of, database, for_update, insert_row
+from .db import Prepared, batched, database, for_update, insert_row
 from .documents import Refs, etag
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
@@ -169,14 +169,23 @@ def _insert(row: ModelT) -> ModelT:
 
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
               at: datetime | None = None) -> Activity:
+    return _insert(_activity_row(lead, actor, kind, summary, data, at))
+
+
+def _activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
+                  at: datetime | None = None) -> Activity:
     now = utcnow()
-    return _insert(Activity(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary, data=data or {},
-                            occurred_at=at or now, created_at=now, **actor.columns()))
+    return Activity(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary, data=data or {},
+                    occurred_at=at or now, created_at=now, **actor.columns())
 
 
 def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return _insert(AuditEntry(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
-                              request_id=actor.request_id, **actor.columns()))
+    return _insert(_audit_row(lead, actor, action, changes))
+
+
+def _audit_row(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
+    return AuditEntry(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
+                      request_id=actor.request_id, **actor.columns())
 
 
 def _lock(lead: Lead, actor: Actor) -> Lead:
@@ -204,13 +213,16 @@ def _check_if_match(lead: Lead, if_match: str | None) -> None:
 CREATE_FIELDS = ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields")
 
 
+# Each create runs them: their SQL is built once per database.
+_leads_with_contact = Prepared(lambda workspace, phone, email: Lead.select().where(
+    (Lead.workspace == workspace) & ((Lead.phone == phone) | (Lead.email == email))), arity=3)
+
+
 def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
     """The existing lead with this phone (first) or e-mail, and which of the two it matched on."""
-    clauses = [Lead.phone == phone] if phone else []
-    clauses += [Lead.email == email] if email else []
-    if not clauses:
+    if not phone and not email:
         return None, []
-    candidates = list(Lead.select().where((Lead.workspace == workspace_id) & any_of(clauses)))
+    candidates = _leads_with_contact(workspace_id, phone or None, email or None)   # NULL matches nothing
     if not candidates:
         return None, []
     lead = next((c for c in candidates if phone and c.phone == phone), candidates[0])
@@ -225,53 +237,62 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     if not refs.statuses:
         raise Conflict("The workspace has no pipeline statuses yet; run leadsvc setup.")
     phone, email = data.get("phone"), data.get("email")
-    with database.atomic():
-        # One create at a time per workspace: duplicate checks and rotation see each other. The
-        # locked row is read fresh (rotation state).
-        workspace = for_update(Workspace.select().where(Workspace.id == actor.workspace.id)).get()
+    # Everything that needs no lock is done before the transaction. A duplicate created meanwhile
+    # by someone else trips the unique indexes below, and is then answered the same way.
+    existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
+    if existing is not None:
+        return _duplicate(existing, matched_on, data, actor)
+    now = utcnow()
+    status = refs.first_status()
+    lead = Lead(workspace=actor.workspace.id, first_name=data.get("first_name") or "",
+                last_name=data.get("last_name") or "", phone=phone, email=email, source=source,
+                status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
+                created_at=now, updated_at=now, status_changed_at=now)
+    rescore(lead, refs)
+    rules = routing.rules_of(actor.workspace.id)
+    routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
+    try:
+        with database.atomic():
+            assignment = routing.route(actor.workspace.id, routed, refs.members, rules)
+            lead.owner = assignment.member
+            lead.team = assignment.member.team_id if assignment.member else None
+            _insert(lead)
+            _record_creation(lead, assignment, actor)
+    except pw.IntegrityError:
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
-        if existing is not None:
-            return _duplicate(existing, matched_on, data, actor)
-        assignment = routing.route(workspace, {**data, "source": source.public_id if source else None,
-                                               "custom_fields": custom}, refs.members)
-        now = utcnow()
-        status = refs.first_status()
-        lead = Lead(workspace=workspace.id, first_name=data.get("first_name") or "",
-                    last_name=data.get("last_name") or "", phone=phone, email=email, source=source,
-                    status=status, owner=assignment.member,
-                    team=assignment.member.team_id if assignment.member else None,
-                    estimated_value=data.get("estimated_value"), custom_fields=custom,
-                    created_at=now, updated_at=now, status_changed_at=now)
-        rescore(lead, refs)
-        try:
-            with database.atomic():
-                _insert(lead)
-        except pw.IntegrityError:
-            # A concurrent create won the unique index: answer with its lead instead.
-            existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
-            if existing is None:
-                raise
-            return _duplicate(existing, matched_on, data, actor)
-        _insert(Transition(workspace=workspace.id, lead=lead, from_status=None, to_status=status, at=now,
-                           **actor.columns()))
-        _activity(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")})
-        _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
-        recorded = {name: plain(value) for name, value in
-                    (("first_name", lead.first_name), ("last_name", lead.last_name), ("phone", phone),
-                     ("email", email), ("source", source), ("estimated_value", lead.estimated_value),
-                     ("custom_fields", custom or None), ("status", status), ("owner", assignment.member))
-                    if value not in (None, "")}
-        _audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()})
+        if existing is None:
+            raise
+        return _duplicate(existing, matched_on, data, actor)
     return Created(lead, duplicate=False)
+
+
+def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:
+    """A new lead's history: its first transition, the created and assigned activities and the
+    audit entry, written in one batch (nothing reads their ids)."""
+    recorded = {name: plain(getattr(lead, name)) for name in
+                ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
+                 "owner")}
+    rows = [
+        Transition(workspace=lead.workspace_id, lead=lead, from_status=None, to_status=lead.status,
+                   at=lead.created_at, **actor.columns()),
+        _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
+        _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
+        _audit_row(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
+                                            if value not in (None, "", {})}),
+    ]
+    with batched():
+        for row in rows:
+            insert_row(type(row), row.__data__, returning=False)
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
     if not actor.sees(lead):
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
-    _activity(lead, actor, "duplicate_submission",
-              f"The same {' and '.join(matched_on)} was submitted again.",
-              {"matched_on": matched_on, "submitted": sent})
+    with database.atomic():
+        _activity(lead, actor, "duplicate_submission",
+                  f"The same {' and '.join(matched_on)} was submitted again.",
+                  {"matched_on": matched_on, "submitted": sent})
     return Created(lead, duplicate=True, matched_on=matched_on)
 
 

@@ -175,7 +175,7 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
 @blp.route("/funnel")
 class Funnel(MethodView):
     @requires("reports:read")
-    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(FunnelSchema))
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
@@ -186,7 +186,7 @@ class Funnel(MethodView):
 @blp.route("/velocity")
 class Velocity(MethodView):
     @requires("reports:read")
-    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(VelocitySchema))
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
@@ -197,7 +197,7 @@ class Velocity(MethodView):
 @blp.route("/conversion")
 class Conversion(MethodView):
     @requires("reports:read")
-    @blp.arguments(ReportFilterQuery, location="query")
+    @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(ConversionSchema))
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):

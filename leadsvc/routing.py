@@ -2,8 +2,10 @@
 
 Rules are tried in position order; the first whose conditions all hold and that has someone
 active to give the lead to assigns it. Otherwise the fallback is round robin over every active
-agent of the workspace. Rotation state lives in the database and is advanced inside the create
-transaction, whose workspace lock keeps concurrent creates (across processes) in step.
+agent of the workspace. Rotation state lives in the database, on the rule (or, for the fallback,
+the workspace) that rotates. The create transaction locks that one row before it reads the
+rotation or the open-lead counts, so creates routed by the same rule take turns (across
+processes), and creates routed by different rules do not wait for each other.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Mapping
 
 import peewee as pw
 
+from .db import Prepared, for_update, update_row
 from .models import Lead, Member, OpenLeadCount, Rule, Status, Workspace
 
 
@@ -47,11 +50,25 @@ def matches(conditions: Mapping[str, Any], lead: Mapping[str, Any]) -> bool:
     return True
 
 
-def route(workspace: Workspace, lead: Mapping[str, Any], members: Mapping[int, Member]) -> Assignment:
+# Each create runs them: their SQL is built once per database.
+_rules_of = Prepared(lambda workspace: Rule.select().where(Rule.workspace == workspace).order_by(Rule.position, Rule.id))
+_open_leads_in_team = Prepared(lambda team: OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
+                               .join(Member).where(Member.team == team))
+_locked_holder = {model: Prepared(lambda holder, model=model: for_update(
+    model.select(model.id, model.rotation_last_member_id).where(model.id == holder))) for model in (Rule, Workspace)}
+
+
+def rules_of(workspace_id: int) -> list[Rule]:
+    """The workspace's rules in the order they are tried: read before the create's transaction,
+    which locks only the rotation state of the rule that applies."""
+    return _rules_of(workspace_id)
+
+
+def route(workspace_id: int, lead: Mapping[str, Any], members: Mapping[int, Member], rules: list[Rule]) -> Assignment:
     """Choose the owner of a new lead among the workspace's members (by internal id). Call inside
-    the create transaction, after locking the workspace: the rules' rotation state is read there."""
+    the create transaction: the state a strategy reads is locked there until the lead is written."""
     agents = sorted((m for m in members.values() if m.active and m.role == "agent"), key=lambda m: m.id)
-    for rule in Rule.select().where(Rule.workspace == workspace.id).order_by(Rule.position, Rule.id):
+    for rule in rules:
         if not matches(rule.conditions, lead):
             continue
         reason = {"rule": rule.public_id, "rule_name": rule.name, "strategy": rule.strategy}
@@ -60,32 +77,36 @@ def route(workspace: Workspace, lead: Mapping[str, Any], members: Mapping[int, M
             member = member if member is not None and member.active else None
         else:
             team = [agent for agent in agents if agent.team_id == rule.team_id]
-            member = _least_open(team) if rule.strategy == "least_open" else _next_in_rotation(team, rule, Rule)
+            holder = _lock(Rule, rule.id) if team else None   # None: no one to give it to, or the rule is gone
+            if holder is None:
+                continue
+            member = _least_open(team) if rule.strategy == "least_open" else _next_in_rotation(team, holder, Rule)
         if member is not None:
             return Assignment(member, {**reason, "member": member.public_id})
-    member = _next_in_rotation(agents, workspace, Workspace)
+    member = _next_in_rotation(agents, _lock(Workspace, workspace_id), Workspace) if agents else None
     return Assignment(member, {"rule": None, "strategy": "round_robin",
                                "member": member.public_id if member else None})
 
 
+def _lock(model: type[Rule] | type[Workspace], holder_id: int) -> Rule | Workspace | None:
+    """The rotation holder's row, locked until the transaction ends (SQLite: already the only writer)."""
+    rows = _locked_holder[model](holder_id)
+    return rows[0] if rows else None
+
+
 def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: type) -> Member | None:
     """The agent after the holder's last one (wrapping), recorded as its new last one."""
-    if not agents:
-        return None
     last = holder.rotation_last_member_id or 0
     chosen = next((a for a in agents if a.id > last), agents[0])
-    model.update(rotation_last_member_id=chosen.id).where(model.id == holder.id).execute()
+    update_row(model, holder.id, {"rotation_last_member_id": chosen.id})
     holder.rotation_last_member_id = chosen.id
     return chosen
 
 
 def _least_open(agents: list[Member]) -> Member | None:
     """The agent with the fewest open leads; ties go to the earliest member."""
-    if not agents:
-        return None
     # Counted by triggers as leads are written: counting here would scan the team's leads.
-    counts = dict(OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
-                  .where(OpenLeadCount.member.in_([a.id for a in agents])).tuples())
+    counts = {row.member_id: row.open_leads for row in _open_leads_in_team(agents[0].team_id)}
     return min(agents, key=lambda a: (counts.get(a.id, 0), a.id))
 
 

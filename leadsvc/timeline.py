@@ -50,7 +50,7 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
 @blp.route("/<lead_id:public_id>/notes")
 class LeadNotes(MethodView):
     @requires("notes:write")
-    @blp.arguments(NoteCreateSchema)
+    @blp.arguments(NoteCreateSchema())
     @blp.response(201, NoteDocumentSchema)
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
@@ -64,7 +64,7 @@ class LeadNotes(MethodView):
 @blp.route("/<lead_id:public_id>/activities")
 class LeadActivities(MethodView):
     @requires("activities:write")
-    @blp.arguments(ActivityCreateSchema)
+    @blp.arguments(ActivityCreateSchema())
     @blp.response(201, ActivityLoggedSchema)
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
@@ -81,7 +81,7 @@ class LeadActivities(MethodView):
 @blp.route("/<lead_id:public_id>/transitions")
 class LeadTransitions(MethodView):
     @requires("leads:read")
-    @blp.arguments(HistoryQuery, location="query")
+    @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(TransitionSchema))
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
@@ -94,7 +94,7 @@ class LeadTransitions(MethodView):
 @blp.route("/<lead_id:public_id>/audit")
 class LeadAudit(MethodView):
     @requires("audit:read")
-    @blp.arguments(HistoryQuery, location="query")
+    @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(AuditEntrySchema))
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")

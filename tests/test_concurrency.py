@@ -1,4 +1,4 @@
-"""Concurrency through a real waitress server: one lead per identity, cursors that never repeat."""
+"""Concurrency: one lead per identity, rotations in step, cursors that never repeat, writers that queue."""
 
 import random
 import threading
@@ -8,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import bulk_leads, http, lead_body
+from leadsvc.db import database
 from leadsvc.models import Lead, Workspace
+from test_routing import owner_email, with_rules
 
 
 def test_16_identical_creates_at_once_make_one_lead(live_server, ws):
@@ -27,6 +29,27 @@ def test_16_identical_creates_at_once_make_one_lead(live_server, ws):
     assert len({payload["data"]["id"] for _, payload in results}) == 1
     assert all(payload["duplicate"] for status, payload in results if status == 200)
     assert Lead.select().where(Lead.email == "race@example.com").count() == 1
+
+
+def test_20_creates_at_once_keep_each_rotation_and_count_exact(live_server, make_workspace):
+    # Creates routed by one rule take turns on its row; the least-open rule's counts move in step.
+    ws = make_workspace(with_rules(
+        {"name": "Referrals", "when": {"source": ["Referral"]}, "assign": {"team": "South", "strategy": "least_open"}},
+        {"name": "North", "assign": {"team": "North", "strategy": "round_robin"}},
+        members=lambda members: members + [{"name": "Sue Agent", "email": "s2@t.test", "role": "agent", "team": "South"}]))
+    headers = ws.headers()
+    start = threading.Barrier(20)
+
+    def post(n):
+        start.wait()
+        source = ws.ids.sources["Referral" if n % 2 else "Website"]
+        return http("POST", f"{live_server}/api/v1/leads", lead_body(ws, source=source), headers)
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(post, range(20)))
+    assert [status for status, _ in results] == [201] * 20, results
+    owners = Counter(owner_email(ws, payload["data"]) for _, payload in results)
+    assert owners == {"n1@t.test": 5, "n2@t.test": 5, "s1@t.test": 5, "s2@t.test": 5}
 
 
 @pytest.mark.parametrize("sort", ["-created_at", "score", "-last_activity_at"])
@@ -59,3 +82,24 @@ def test_a_cursor_walk_during_inserts_repeats_nothing_and_misses_nothing(client,
     assert inserted, "leads were inserted during the walk"
     assert len(seen) == len(set(seen)), "no lead twice"
     assert existing <= set(seen), "none missed that existed when the walk began"
+
+
+def test_a_write_that_fails_halfway_lets_the_next_writer_in(app, ws):
+    # SQLite's writers queue on a mutex in the process: a rollback must hand it on, as a commit does.
+    with pytest.raises(ZeroDivisionError):
+        with database.atomic():
+            Workspace.update(name="never").where(Workspace.public_id == ws.public_id).execute()
+            1 / 0
+    renamed = threading.Event()
+
+    def write():
+        with database.atomic():
+            Workspace.update(name="renamed").where(Workspace.public_id == ws.public_id).execute()
+        database.close()
+        renamed.set()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(30)
+    assert renamed.is_set(), "the second writer never got in"
+    assert Workspace.get(Workspace.public_id == ws.public_id).name == "renamed"

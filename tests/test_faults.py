@@ -74,6 +74,22 @@ def test_sqlite_locked_past_its_busy_timeout_is_503(make_app, backend, tmp_path)
     database.close()
 
 
+@pytest.mark.only_on("sqlite")
+def test_sqlite_write_of_another_thread_held_past_the_busy_timeout_is_503(make_app, backend, tmp_path):
+    # Threads of one process queue for SQLite's write lock on a mutex: the same timeout, the same 503.
+    url = f"sqlite:///{tmp_path}/queued.sqlite3"
+    migrate(make_database(url, busy_timeout_ms=100))
+    client = make_app(database={"url": url, "busy_timeout_ms": 100}).test_client()
+    headers = Tenant(apply_setup(parse_setup(standard_setup("Queued")))).headers()
+    transaction = database.atomic()
+    with held_in_another_thread(transaction.__enter__, lambda: (transaction.__exit__(None, None, None),
+                                                                 database.close())):
+        assert_unavailable(client.post("/api/v1/leads", json={"email": f"{uuid.uuid4().hex}@x.test"},
+                                       headers=headers))
+    assert client.post("/api/v1/leads", json={"email": f"{uuid.uuid4().hex}@x.test"}, headers=headers).status_code == 201
+    database.close()
+
+
 @pytest.mark.only_on("postgresql")
 def test_postgresql_pool_exhausted_is_503(make_app, backend, database_url, ws):
     headers = ws.headers()

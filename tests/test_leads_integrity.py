@@ -15,9 +15,14 @@ def counts(ws) -> dict[str, int]:
 
 @pytest.fixture
 def failing_audit(monkeypatch):
-    def explode(*args, **kwargs):
-        raise RuntimeError("injected failure while writing the audit entry")
-    monkeypatch.setattr(pipeline, "_audit", explode)
+    """The audit entry, a create's last row, fails to be written (after the lead and the rest)."""
+    insert_row = pipeline.insert_row
+
+    def explode(model, values, **kwargs):
+        if model is AuditEntry:
+            raise RuntimeError("injected failure while writing the audit entry")
+        return insert_row(model, values, **kwargs)
+    monkeypatch.setattr(pipeline, "insert_row", explode)
 
 
 def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audit(client, ws, failing_audit):
