@@ -5,15 +5,15 @@ from __future__ import annotations
 import collections
 import functools
 import importlib.util
+import itertools
 import json
 import operator
 import sqlite3
 import threading
-from contextlib import contextmanager
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
@@ -193,41 +193,54 @@ def any_of(clauses: list[pw.Expression]) -> pw.Expression:
 
 # --- inserts on the write path --------------------------------------------------------------
 
-_insert_sql: dict[tuple[int, type, tuple[str, ...], bool], tuple[str, list[pw.Field]]] = {}
+def _insert_text(model: type[pw.Model], names: tuple[str, ...], rows: int = 1) -> tuple[str, list[pw.Field]]:
+    fields = [model._meta.fields[name] for name in names]
+    columns = ", ".join(f'"{field.column_name}"' for field in fields)
+    values = ", ".join(["(" + ", ".join([database.param] * len(fields)) + ")"] * rows)
+    return f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {values}', fields
 
 
-def insert_row(model: type[pw.Model], values: dict[str, Any], *, returning: bool = True) -> int | None:
+_insert_sql: dict[tuple[int, type, tuple[str, ...]], tuple[str, list[pw.Field]]] = {}
+
+
+def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
     """INSERT one row and return its id: the SQL is written once per model and set of columns.
 
     peewee writes an INSERT afresh each time, and on the create path that costs more than the
     database's own work; the values still go through each field's db_value, as with peewee.
-    Without `returning`, nothing is read back (and inside `batched()` nothing is waited for).
     """
-    returning = returning and is_postgres()   # SQLite has the id at hand
-    key = (id(database.obj), model, tuple(values), returning)
+    key = (id(database.obj), model, tuple(values))
     if key not in _insert_sql:
-        fields = [model._meta.fields[name] for name in values]
-        columns = ", ".join(f'"{field.column_name}"' for field in fields)
-        marks = ", ".join([database.param] * len(fields))
-        tail = ' RETURNING "id"' if returning else ""
-        _insert_sql[key] = (f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES ({marks}){tail}', fields)
+        sql, fields = _insert_text(model, key[2])
+        _insert_sql[key] = (sql + (' RETURNING "id"' if is_postgres() else ""), fields)
     sql, fields = _insert_sql[key]
     cursor = database.execute_sql(sql, [_parameter(field, values[field.name]) for field in fields])
-    if returning:
-        return cursor.fetchone()[0]
-    return None if is_postgres() else cursor.lastrowid
+    return cursor.fetchone()[0] if is_postgres() else cursor.lastrowid
 
 
-@contextmanager
-def batched() -> Iterator[None]:
-    """Writes whose results nobody reads, sent together: on PostgreSQL in one round trip
-    (psycopg's pipeline mode; an error surfaces when the block ends, as peewee's error). SQLite
-    runs in-process, so its statements simply run as they come."""
+_insert_rows_sql: dict[tuple, tuple[str, list[pw.Field]]] = {}
+
+
+def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> None:
+    """INSERT rows whose ids nobody needs, of any tables, in their order. On PostgreSQL it is one
+    statement: one INSERT per run of rows of the same model and columns (its rows get their ids
+    in order), each but the last a data-modifying WITH query, which runs exactly once. SQLite
+    runs in-process, so there they are inserted one by one. The SQL is written once per shape."""
     if not is_postgres():
-        yield
+        for model, values in rows:
+            insert_row(model, values)
         return
-    with pw.__exception_wrapper__, database.connection().pipeline():
-        yield
+    runs = [(model, names, len(list(group))) for (model, names), group in
+            itertools.groupby((model, tuple(values)) for model, values in rows)]
+    key = (id(database.obj), *runs)
+    if key not in _insert_rows_sql:
+        texts = [_insert_text(model, names, count)[0] for model, names, count in runs]
+        with_queries = ", ".join(f'"run{i}" AS ({text})' for i, text in enumerate(texts[:-1]))
+        fields = [model._meta.fields[name] for model, names, count in runs for _ in range(count) for name in names]
+        _insert_rows_sql[key] = ((f"WITH {with_queries} " if with_queries else "") + texts[-1], fields)
+    sql, fields = _insert_rows_sql[key]
+    params = [value for _, values in rows for value in values.values()]
+    database.execute_sql(sql, [_parameter(field, value) for field, value in zip(fields, params, strict=True)])
 
 
 def _parameter(field: pw.Field, value: Any) -> Any:
@@ -271,6 +284,9 @@ class Prepared:
         self.build = build
         self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
         self.compiled: dict[int, tuple[pw.ModelSelect, str, list[Any]]] = {}
+        # What peewee's cursor wrapper works out from the first row (which column goes to which
+        # model and field, through which converter) is the same for every run of the query.
+        self.row_plan: dict[int, dict[str, Any]] = {}
 
     def __call__(self, *values: Any) -> list[Any]:
         """The rows, as the query would give them (models, with joined models attached)."""
@@ -284,7 +300,17 @@ class Prepared:
         query, sql, params = self.compiled[key]
         index = {p: i for i, p in enumerate(self.placeholders)}
         bound = [values[index[p]] if isinstance(p, str) and p in index else p for p in params]
-        return list(query._get_cursor_wrapper(database.execute_sql(sql, bound)))
+        rows = query._get_cursor_wrapper(database.execute_sql(sql, bound))
+        plan = self.row_plan.get(key)
+        if plan is not None:
+            rows.__dict__.update(plan)
+            rows.initialized = True
+            return list(rows)
+        before = set(vars(rows))
+        result = list(rows)
+        if rows.initialized:   # initialize() ran on the first row: keep what it added
+            self.row_plan[key] = {name: value for name, value in vars(rows).items() if name not in before}
+        return result
 
 
 # --- plain rows ------------------------------------------------------------------------------

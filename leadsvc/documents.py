@@ -1,7 +1,7 @@
 """The JSON documents the API returns for leads and their history, built without per-row queries.
 
-A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams) by
-internal id, cached per process while the workspace's refs_version stands, so a page of leads
+A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams by
+internal id; custom fields and distribution rules too), cached per process while the workspace's refs_version stands, so a page of leads
 is one query and no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
 OpenAPI; a test keeps the two in step.
 """
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from flask import Response, g
 
 from .db import database
-from .models import CustomField, Form, Member, Source, Status, Team, Token, Workspace
+from .models import CustomField, Form, Member, Rule, Source, Status, Team, Token, Workspace
 from .schemas import rfc3339
 from .scoring import band
 
@@ -31,6 +31,7 @@ class Refs:
     members: dict[int, Member]
     teams: dict[int, Team]
     custom_fields: dict[str, CustomField]   # by name
+    rules: list[Rule]                        # in the order they are tried (their rotation is read afresh)
     settings: dict
 
     @classmethod
@@ -43,6 +44,7 @@ class Refs:
             members={m.id: m for m in Member.select().where(Member.workspace == ws)},
             teams={t.id: t for t in Team.select().where(Team.workspace == ws)},
             custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)},
+            rules=list(Rule.select().where(Rule.workspace == ws).order_by(Rule.position, Rule.id)),
             settings=settings,
         )
 
@@ -66,7 +68,8 @@ class Refs:
 
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
-# process while the workspace's refs_version (bumped by triggers on every change) stands.
+# process while the workspace's refs_version (bumped by triggers on every change: migrations
+# 0004 and 0005) stands.
 _refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
 _REFS_CACHE_SIZE = 256
 

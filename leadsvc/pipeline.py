@@ -16,7 +16,7 @@ import peewee as pw
 
 from . import routing
 from .auth import Caller, lead_scope, member_scope
-from .db import Prepared, batched, database, for_update, insert_row
+from .db import Prepared, database, for_update, insert_row, insert_rows
 from .documents import Refs, etag
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
@@ -249,11 +249,10 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
     rescore(lead, refs)
-    rules = routing.rules_of(actor.workspace.id)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
         with database.atomic():
-            assignment = routing.route(actor.workspace.id, routed, refs.members, rules)
+            assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             _insert(lead)
@@ -268,7 +267,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
 
 def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:
     """A new lead's history: its first transition, the created and assigned activities and the
-    audit entry, written in one batch (nothing reads their ids)."""
+    audit entry, written together (nothing reads their ids)."""
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
@@ -280,9 +279,7 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
         _audit_row(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                             if value not in (None, "", {})}),
     ]
-    with batched():
-        for row in rows:
-            insert_row(type(row), row.__data__, returning=False)
+    insert_rows([(type(row), row.__data__) for row in rows])
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:

@@ -51,22 +51,16 @@ def matches(conditions: Mapping[str, Any], lead: Mapping[str, Any]) -> bool:
 
 
 # Each create runs them: their SQL is built once per database.
-_rules_of = Prepared(lambda workspace: Rule.select().where(Rule.workspace == workspace).order_by(Rule.position, Rule.id))
 _open_leads_in_team = Prepared(lambda team: OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
                                .join(Member).where(Member.team == team))
 _locked_holder = {model: Prepared(lambda holder, model=model: for_update(
     model.select(model.id, model.rotation_last_member_id).where(model.id == holder))) for model in (Rule, Workspace)}
 
 
-def rules_of(workspace_id: int) -> list[Rule]:
-    """The workspace's rules in the order they are tried: read before the create's transaction,
-    which locks only the rotation state of the rule that applies."""
-    return _rules_of(workspace_id)
-
-
 def route(workspace_id: int, lead: Mapping[str, Any], members: Mapping[int, Member], rules: list[Rule]) -> Assignment:
-    """Choose the owner of a new lead among the workspace's members (by internal id). Call inside
-    the create transaction: the state a strategy reads is locked there until the lead is written."""
+    """Choose the owner of a new lead among the workspace's members (by internal id), by its rules
+    in order (as cached with the reference tables). Call inside the create transaction: the state a
+    strategy reads is locked there until the lead is written."""
     agents = sorted((m for m in members.values() if m.active and m.role == "agent"), key=lambda m: m.id)
     for rule in rules:
         if not matches(rule.conditions, lead):

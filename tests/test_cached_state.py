@@ -9,7 +9,7 @@ import phonenumbers
 
 from leadsvc import pipeline, synthetic
 from leadsvc.documents import Refs
-from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Source, Status, Transition, Workspace
+from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition, Workspace
 
 
 def new_lead(client, ws, phone: str, **fields) -> dict:
@@ -52,6 +52,24 @@ def test_new_source_is_usable_at_once(client, ws):
     lead = new_lead(client, ws, "+919876500002", source=source.public_id)
 
     assert lead["source"] == {"id": source.public_id, "name": "Hoarding"}
+
+
+def test_a_changed_rule_routes_the_next_lead_and_routing_itself_keeps_the_cache(client, make_workspace):
+    ws = make_workspace(lambda data: data.update(rules=[{"name": "North", "assign": {"team": "North",
+                                                                                     "strategy": "round_robin"}}]))
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    new_lead(client, ws, "+919876500003")                       # rules cached, the rule's rotation advanced
+    version = Workspace.get_by_id(workspace.id).refs_version
+    new_lead(client, ws, "+919876500004")
+    assert Workspace.get_by_id(workspace.id).refs_version == version, "routing bumped the cache version"
+
+    sid = Member.get(Member.public_id == ws.ids.members["s1@t.test"])
+    Rule.create(workspace=workspace, name="All to Sid", position=-1, strategy="member", member=sid, conditions={})
+
+    assert new_lead(client, ws, "+919876500005")["owner"]["id"] == sid.public_id
+    Rule.update(member=Member.get(Member.public_id == ws.ids.members["n1@t.test"])).where(
+        Rule.name == "All to Sid").execute()
+    assert new_lead(client, ws, "+919876500006")["owner"]["id"] == ws.ids.members["n1@t.test"]
 
 
 def test_open_lead_counts_follow_creates_moves_reassignments_and_status_kinds(client, ws):

@@ -14,18 +14,15 @@ def counts(ws) -> dict[str, int]:
 
 
 @pytest.fixture
-def failing_audit(monkeypatch):
-    """The audit entry, a create's last row, fails to be written (after the lead and the rest)."""
-    insert_row = pipeline.insert_row
-
-    def explode(model, values, **kwargs):
-        if model is AuditEntry:
-            raise RuntimeError("injected failure while writing the audit entry")
-        return insert_row(model, values, **kwargs)
-    monkeypatch.setattr(pipeline, "insert_row", explode)
+def failing_history(monkeypatch):
+    """The history of a new lead (transition, activities, audit entry) fails to be written, after
+    the lead row."""
+    def explode(rows):
+        raise RuntimeError("injected failure while writing the history")
+    monkeypatch.setattr(pipeline, "insert_rows", explode)
 
 
-def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audit(client, ws, failing_audit):
+def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audit(client, ws, failing_history):
     before = counts(ws)
     response = client.post("/api/v1/leads", json=lead_body(ws, email="ghost@example.com"), headers=ws.headers())
     assert response.status_code == 500 and response.json["code"] == "internal_error"
