@@ -10,6 +10,7 @@ import json
 import operator
 import sqlite3
 import threading
+import time
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -90,13 +91,22 @@ class _QueuedSqlite(pw.SqliteDatabase):
     while the waiters sleep (creates at 8 connections: p99 over a second). Threads of one process
     wait here instead, and the next starts the moment the last commits; other processes still
     meet SQLite's busy handler. Either wait ends after busy_timeout_ms as "database is locked".
+
+    The WAL is checkpointed after a commit has let the next writer in, not inside the commit
+    (SQLite's wal_autocheckpoint, turned off here): a checkpoint copies pages back into the
+    database file and syncs it, and on a slow disk every writer would wait for that sync.
     """
 
+    CHECKPOINT_SECONDS = 1.0   # at most this long between checkpoints while writes go on
+    CHECKPOINT_COMMITS = 100   # or after this many commits of the process, whichever comes first
+
     def __init__(self, *args: Any, busy_timeout_ms: int, **kwargs: Any):
+        kwargs["pragmas"] = {**kwargs.get("pragmas", {}), "wal_autocheckpoint": 0}
         super().__init__(*args, **kwargs)
         self._writer = threading.Lock()
         self._holder = threading.local()
         self._wait_seconds = busy_timeout_ms / 1000
+        self._commits, self._checkpointed_at = 0, time.monotonic()
 
     def begin(self, lock_type: str | None = None) -> None:
         if not getattr(self._holder, "holds", False):
@@ -114,6 +124,12 @@ class _QueuedSqlite(pw.SqliteDatabase):
             super().commit()
         finally:
             self._release()
+        self._commits += 1   # unlocked: a lost count only moves a checkpoint by one commit
+        if (self._commits >= self.CHECKPOINT_COMMITS
+                or time.monotonic() - self._checkpointed_at >= self.CHECKPOINT_SECONDS):
+            self._commits, self._checkpointed_at = 0, time.monotonic()
+            # PASSIVE: copies what no reader still needs, and never waits for a lock.
+            self.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def rollback(self) -> None:
         try:

@@ -88,7 +88,7 @@ def _lock(model: type[Rule] | type[Workspace], holder_id: int) -> Rule | Workspa
     return rows[0] if rows else None
 
 
-def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: type) -> Member | None:
+def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: type) -> Member:
     """The agent after the holder's last one (wrapping), recorded as its new last one."""
     last = holder.rotation_last_member_id or 0
     chosen = next((a for a in agents if a.id > last), agents[0])
@@ -97,7 +97,7 @@ def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: typ
     return chosen
 
 
-def _least_open(agents: list[Member]) -> Member | None:
+def _least_open(agents: list[Member]) -> Member:
     """The agent with the fewest open leads; ties go to the earliest member."""
     # Counted by triggers as leads are written: counting here would scan the team's leads.
     counts = {row.member_id: row.open_leads for row in _open_leads_in_team(agents[0].team_id)}

@@ -1,15 +1,17 @@
 """Concurrency: one lead per identity, rotations in step, cursors that never repeat, writers that queue."""
 
 import random
+import sqlite3
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import bulk_leads, http, lead_body
-from leadsvc.db import database
+from conftest import bulk_leads, http, lead_body, standard_setup
+from leadsvc.db import database, make_database, migrate
 from leadsvc.models import Lead, Workspace
+from leadsvc.provision import apply_setup, parse_setup
 from test_routing import owner_email, with_rules
 
 
@@ -103,3 +105,30 @@ def test_a_write_that_fails_halfway_lets_the_next_writer_in(app, ws):
     writer.join(30)
     assert renamed.is_set(), "the second writer never got in"
     assert Workspace.get(Workspace.public_id == ws.public_id).name == "renamed"
+
+
+@pytest.mark.only_on("sqlite")
+def test_sqlite_checkpoints_after_the_commit_that_lets_the_next_writer_in(make_app, backend, tmp_path, monkeypatch):
+    # wal_autocheckpoint is off; the committing thread checkpoints once it has released the lock.
+    url = f"sqlite:///{tmp_path}/checkpoints.sqlite3"
+    migrate(make_database(url))
+    make_app(database={"url": url})
+    queued = type(database.obj)
+
+    def in_database_file(name: str) -> bool:   # the main file alone, without the WAL
+        with sqlite3.connect(f"file:{tmp_path}/checkpoints.sqlite3?immutable=1", uri=True) as reader:
+            return reader.execute("SELECT 1 FROM workspace WHERE name = ?", (name,)).fetchone() is not None
+
+    monkeypatch.setattr(queued, "CHECKPOINT_SECONDS", 10**9)
+    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
+    apply_setup(parse_setup(standard_setup("First")))
+    assert in_database_file("First")
+
+    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 10**9)
+    apply_setup(parse_setup(standard_setup("Only in the WAL")))
+    assert not in_database_file("Only in the WAL")
+
+    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
+    apply_setup(parse_setup(standard_setup("Checkpointed")))
+    assert in_database_file("Only in the WAL") and in_database_file("Checkpointed")
+    database.close()
