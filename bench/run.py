@@ -164,6 +164,11 @@ class Database:
                 time.sleep(3)
             for table in ("activity", "transition", "audit_entry", "lead"):
                 conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
+            if self.backend == "postgresql":
+                # The creates landed on pages all over the tables: until a vacuum marks them
+                # all-visible again, index-only scans visit the heap (a lead count took 1.5 s
+                # instead of 0.1 s after a few runs), and autovacuum waits for 20% of a table.
+                conn.execute("VACUUM (ANALYZE) lead, transition, activity, audit_entry, open_lead_count")
 
 
 # --- servers and load ------------------------------------------------------------------------
@@ -308,24 +313,36 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
                                                          if l["contact"]["phone"]),
                       "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"])}
         marks = db.high_water()
-        try:
+
+        def creates(server: Server, duration: float) -> dict:
             # CPU per create says where the ratio comes from: one process, one GIL, two cores.
-            cpu = leadsvc.cpu_seconds()
-            own = wrk(leadsvc.url(list_path), secret["admin"], connections=8, seconds=seconds,
+            cpu = server.cpu_seconds()
+            run = wrk(server.url(list_path), secret["admin"], connections=8, seconds=duration,
                       script="create.lua", env=create_env)
-            own_cpu, cpu = leadsvc.cpu_seconds() - cpu, baseline.cpu_seconds()
-            base = wrk(baseline.url(list_path), secret["admin"], connections=8, seconds=seconds,
-                       script="create.lua", env=create_env)
-            base_cpu = baseline.cpu_seconds() - cpu
+            return {**run, "cpu_ms": 1000 * (server.cpu_seconds() - cpu) / max(1, run["requests"])}
+
+        try:
+            for server in (leadsvc, baseline):   # warm the write path: statements, caches, pool
+                creates(server, 3)
+            runs = {"leadsvc": [], "baseline": []}
+            for _ in range(PAIRS):   # back to back, as for lists: a burst of disk or CPU noise hits both
+                runs["leadsvc"].append(creates(leadsvc, seconds))
+                runs["baseline"].append(creates(baseline, seconds))
             with db.connect() as conn:
                 created = conn.execute(f"SELECT COUNT(*) FROM lead WHERE id > {marks['lead']}").fetchone()[0]
         finally:
             db.restore(marks)
-        results["create"] = {"rps": own["rps"], "baseline_rps": base["rps"], "ratio": round(own["rps"] / base["rps"], 3),
-                             "p50_ms": own["p50_ms"], "p99_ms": own["p99_ms"], "errors": own["errors_status"],
-                             "baseline_errors": base["errors_status"], "leads_created": created,
-                             "cpu_ms": round(1000 * own_cpu / max(1, own["requests"]), 2),
-                             "baseline_cpu_ms": round(1000 * base_cpu / max(1, base["requests"]), 2)}
+        own, base = runs["leadsvc"], runs["baseline"]
+        ratios = [o["rps"] / b["rps"] for o, b in zip(own, base)]
+        results["create"] = {"rps": round(statistics.mean(r["rps"] for r in own), 1),
+                             "baseline_rps": round(statistics.mean(r["rps"] for r in base), 1),
+                             "ratio": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
+                             "p50_ms": statistics.median(r["p50_ms"] for r in own),
+                             "p99_ms": statistics.median(r["p99_ms"] for r in own),
+                             "errors": sum(r["errors_status"] for r in own),
+                             "baseline_errors": sum(r["errors_status"] for r in base), "leads_created": created,
+                             "cpu_ms": round(statistics.median(r["cpu_ms"] for r in own), 2),
+                             "baseline_cpu_ms": round(statistics.median(r["cpu_ms"] for r in base), 2)}
 
         log(f"{db.backend}: reports, admin scope")
         results["reports"] = {}
@@ -385,7 +402,8 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                          report["max_s"] < TARGETS["report_seconds"]))
     c = r["create"]
     rows.append(("create throughput", f">= {TARGETS['create_ratio']} x baseline",
-                 f"{c['ratio']:.2f} ({c['rps']:.0f} / {c['baseline_rps']:.0f} req/s)",
+                 f"{c['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in c['ratios'])}; "
+                 f"{c['rps']:.0f} / {c['baseline_rps']:.0f} req/s)",
                  c["ratio"] >= TARGETS["create_ratio"]))
     rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
                  r["rss_mb"] < TARGETS["rss_mb"]))
