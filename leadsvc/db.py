@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import itertools
 import json
+import logging
 import operator
 import sqlite3
 import threading
@@ -21,6 +22,8 @@ import peewee as pw
 from flask import Flask
 from playhouse.migrations import Migration, Runner
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+
+log = logging.getLogger("leadsvc")
 
 # Every model binds to this proxy; create_app points it at the configured database.
 database = pw.DatabaseProxy()
@@ -128,8 +131,10 @@ class _QueuedSqlite(pw.SqliteDatabase):
         if (self._commits >= self.CHECKPOINT_COMMITS
                 or time.monotonic() - self._checkpointed_at >= self.CHECKPOINT_SECONDS):
             self._commits, self._checkpointed_at = 0, time.monotonic()
-            # PASSIVE: copies what no reader still needs, and never waits for a lock.
-            self.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            try:   # PASSIVE: copies what no reader still needs, and never waits for a lock
+                self.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:   # the commit stands: its request must not fail now
+                log.warning("WAL checkpoint failed (the next commit tries again): %s", exc)
 
     def rollback(self) -> None:
         try:

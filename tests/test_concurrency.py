@@ -132,3 +132,30 @@ def test_sqlite_checkpoints_after_the_commit_that_lets_the_next_writer_in(make_a
     apply_setup(parse_setup(standard_setup("Checkpointed")))
     assert in_database_file("Only in the WAL") and in_database_file("Checkpointed")
     database.close()
+
+
+@pytest.mark.only_on("sqlite")
+def test_a_failed_checkpoint_leaves_the_commit_before_it_standing(make_app, backend, tmp_path, monkeypatch, caplog):
+    url = f"sqlite:///{tmp_path}/failing-checkpoint.sqlite3"
+    migrate(make_database(url))
+    make_app(database={"url": url})
+    queued, open_cursor = type(database.obj), type(database.obj).cursor
+
+    class CheckpointFails:
+        def __init__(self, cursor):
+            self.cursor = cursor
+
+        def execute(self, sql, *args):
+            if sql.startswith("PRAGMA wal_checkpoint"):
+                raise sqlite3.OperationalError("disk I/O error")
+            return self.cursor.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.cursor, name)
+
+    monkeypatch.setattr(queued, "cursor", lambda self, *args, **kwargs: CheckpointFails(open_cursor(self, *args, **kwargs)))
+    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
+    apply_setup(parse_setup(standard_setup("Kept")))
+    assert Workspace.get(Workspace.name == "Kept")
+    assert "WAL checkpoint failed" in caplog.text
+    database.close()
