@@ -183,9 +183,15 @@ def caller() -> Caller:
 
 # --- data scope ------------------------------------------------------------------------------
 
+def sees_whole_workspace(who: Caller) -> bool:
+    """Whether the caller's scope is all of its workspace (admins), so that a query may take the
+    workspace column of any row (a transition's, say) for the scope."""
+    return who.role == "admin"
+
+
 def lead_scope(who: Caller) -> pw.Expression:
     """The leads a caller may see: its own (agent), its team's (manager), its workspace's (admin)."""
-    if who.role == "admin":
+    if sees_whole_workspace(who):
         return Lead.workspace == who.workspace.id
     if who.role == "manager":
         return Lead.team == who.member.team_id if who.member.team_id else pw.SQL("1 = 0")
@@ -210,7 +216,7 @@ def visible_lead_or_404(public_id: str) -> Lead:
 
 def member_scope(who: Caller) -> pw.Expression:
     """The members a caller may hand leads to: anyone (admin), its team (manager), itself (agent)."""
-    if who.role == "admin":
+    if sees_whole_workspace(who):
         return Member.workspace == who.workspace.id
     if who.role == "manager":
         return (Member.workspace == who.workspace.id) & (Member.team == who.member.team_id)
