@@ -189,13 +189,26 @@ def sees_whole_workspace(who: Caller) -> bool:
     return who.role == "admin"
 
 
-def lead_scope(who: Caller) -> pw.Expression:
-    """The leads a caller may see: its own (agent), its team's (manager), its workspace's (admin)."""
+def _lead_bound(who: Caller) -> tuple[pw.ForeignKeyField, int | None]:
+    """The leads a caller may see: its own (agent), its team's (manager), its workspace's (admin),
+    as the lead column and the value it must hold (None: a manager without a team sees none)."""
     if sees_whole_workspace(who):
-        return Lead.workspace == who.workspace.id
+        return Lead.workspace, who.workspace.id
     if who.role == "manager":
-        return Lead.team == who.member.team_id if who.member.team_id else pw.SQL("1 = 0")
-    return Lead.owner == who.member.id
+        return Lead.team, who.member.team_id
+    return Lead.owner, who.member.id
+
+
+def lead_scope(who: Caller) -> pw.Expression:
+    """The leads a caller may see, as a condition on the lead table."""
+    column, value = _lead_bound(who)
+    return column == value if value is not None else pw.SQL("1 = 0")
+
+
+def in_lead_scope(who: Caller, lead: Lead) -> bool:
+    """Whether a lead row just read lies in the caller's scope: the same bound as lead_scope."""
+    column, value = _lead_bound(who)
+    return value is not None and getattr(lead, column.object_id_name) == value
 
 
 def visible_leads(*fields) -> pw.ModelSelect:

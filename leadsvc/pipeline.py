@@ -15,8 +15,8 @@ from typing import Any, Mapping, TypeVar
 import peewee as pw
 
 from . import routing
-from .auth import Caller, lead_scope, member_scope
-from .db import Prepared, database, for_update, insert_row, insert_rows
+from .auth import Caller, in_lead_scope, lead_scope, member_scope
+from .db import FIRST_ROW_ID, Prepared, database, for_update, insert_row, insert_rows
 from .documents import Refs, etag
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
@@ -32,30 +32,36 @@ MAX_NUMBER = 10**15     # the largest magnitude of a number custom field
 
 @dataclass(frozen=True)
 class Actor:
-    """Who makes a change, and which leads and members it may see (None: the whole workspace)."""
+    """Who makes a change, and the API caller whose scope bounds the leads and members it may
+    touch (None: a web form or an import, which act on the whole workspace)."""
 
     workspace: Workspace
     token: Token | None = None
     member: Member | None = None
     form: Form | None = None
     request_id: str | None = None
-    lead_scope: pw.Expression | None = None
-    member_scope: pw.Expression | None = None
+    caller: Caller | None = None
     via: str | None = None   # how a lead came in, for its `created` activity: api (default), form, import
 
     def columns(self) -> dict[str, Any]:
         return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
 
+    @property
+    def lead_scope(self) -> pw.Expression | None:
+        return None if self.caller is None else lead_scope(self.caller)
+
+    @property
+    def member_scope(self) -> pw.Expression | None:
+        return None if self.caller is None else member_scope(self.caller)
+
     def sees(self, lead: Lead) -> bool:
-        if self.lead_scope is None:
-            return True
-        return Lead.select(Lead.id).where((Lead.id == lead.id) & self.lead_scope).exists()
+        """Whether the lead, as just read, is in the actor's scope."""
+        return self.caller is None or in_lead_scope(self.caller, lead)
 
 
 def actor_for(who: Caller, request_id: str | None) -> Actor:
     """The actor of an API request: its token and member, limited to the caller's scope."""
-    return Actor(workspace=who.workspace, token=who.token, member=who.member, request_id=request_id,
-                 lead_scope=lead_scope(who), member_scope=member_scope(who))
+    return Actor(workspace=who.workspace, token=who.token, member=who.member, request_id=request_id, caller=who)
 
 
 @dataclass
@@ -255,8 +261,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
-            _insert(lead)
-            _record_creation(lead, assignment, actor)
+            lead.id = insert_rows([(Lead, lead.__data__), *_creation_history(lead, assignment, actor)])
     except pw.IntegrityError:
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
         if existing is None:
@@ -265,21 +270,24 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     return Created(lead, duplicate=False)
 
 
-def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:
-    """A new lead's history: its first transition, the created and assigned activities and the
-    audit entry, written together (nothing reads their ids)."""
+def _creation_history(lead: Lead, assignment: routing.Assignment,
+                      actor: Actor) -> list[tuple[type[pw.Model], dict[str, Any]]]:
+    """A new lead's history, as rows written with the lead (their `lead` is the lead's new id):
+    its first transition, the created and assigned activities and the audit entry."""
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
     rows = [
-        Transition(workspace=lead.workspace_id, lead=lead, from_status=None, to_status=lead.status,
+        Transition(workspace=lead.workspace_id, lead=FIRST_ROW_ID, from_status=None, to_status=lead.status,
                    at=lead.created_at, **actor.columns()),
         _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
         _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
         _audit_row(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                             if value not in (None, "", {})}),
     ]
-    insert_rows([(type(row), row.__data__) for row in rows])
+    for row in rows[1:]:
+        row.lead = FIRST_ROW_ID
+    return [(type(row), row.__data__) for row in rows]
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:

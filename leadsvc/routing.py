@@ -3,9 +3,10 @@
 Rules are tried in position order; the first whose conditions all hold and that has someone
 active to give the lead to assigns it. Otherwise the fallback is round robin over every active
 agent of the workspace. Rotation state lives in the database, on the rule (or, for the fallback,
-the workspace) that rotates. The create transaction locks that one row before it reads the
-rotation or the open-lead counts, so creates routed by the same rule take turns (across
-processes), and creates routed by different rules do not wait for each other.
+the workspace) that rotates. The create transaction locks that one row: a rotation advances in
+one UPDATE that locks it, least-open locks the rule before it reads the open-lead counts. So
+creates routed by the same rule take turns (across processes), and creates routed by different
+rules do not wait for each other.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Mapping
 
 import peewee as pw
 
-from .db import Prepared, for_update, update_row
+from .db import Prepared, database, for_update
 from .models import Lead, Member, OpenLeadCount, Rule, Status, Workspace
 
 
@@ -53,8 +54,7 @@ def matches(conditions: Mapping[str, Any], lead: Mapping[str, Any]) -> bool:
 # Each create runs them: their SQL is built once per database.
 _open_leads_in_team = Prepared(lambda team: OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
                                .join(Member).where(Member.team == team))
-_locked_holder = {model: Prepared(lambda holder, model=model: for_update(
-    model.select(model.id, model.rotation_last_member_id).where(model.id == holder))) for model in (Rule, Workspace)}
+_locked_rule = Prepared(lambda rule: for_update(Rule.select(Rule.id).where(Rule.id == rule)))
 
 
 def route(workspace_id: int, lead: Mapping[str, Any], members: Mapping[int, Member], rules: list[Rule]) -> Assignment:
@@ -71,30 +71,43 @@ def route(workspace_id: int, lead: Mapping[str, Any], members: Mapping[int, Memb
             member = member if member is not None and member.active else None
         else:
             team = [agent for agent in agents if agent.team_id == rule.team_id]
-            holder = _lock(Rule, rule.id) if team else None   # None: no one to give it to, or the rule is gone
-            if holder is None:
+            if not team:
                 continue
-            member = _least_open(team) if rule.strategy == "least_open" else _next_in_rotation(team, holder, Rule)
-        if member is not None:
+            if rule.strategy == "least_open":
+                member = _least_open(team) if _lock_rule(rule.id) else None
+            else:
+                member = _rotate(Rule, rule.id, team)
+        if member is not None:   # None: no one to give it to, or the rule is gone
             return Assignment(member, {**reason, "member": member.public_id})
-    member = _next_in_rotation(agents, _lock(Workspace, workspace_id), Workspace) if agents else None
+    member = _rotate(Workspace, workspace_id, agents) if agents else None
     return Assignment(member, {"rule": None, "strategy": "round_robin",
                                "member": member.public_id if member else None})
 
 
-def _lock(model: type[Rule] | type[Workspace], holder_id: int) -> Rule | Workspace | None:
-    """The rotation holder's row, locked until the transaction ends (SQLite: already the only writer)."""
-    rows = _locked_holder[model](holder_id)
-    return rows[0] if rows else None
+def _lock_rule(rule_id: int) -> bool:
+    """Lock the rule's row until the transaction ends (SQLite: already the only writer); False
+    when the rule is gone."""
+    return bool(_locked_rule(rule_id))
 
 
-def _next_in_rotation(agents: list[Member], holder: Rule | Workspace, model: type) -> Member:
-    """The agent after the holder's last one (wrapping), recorded as its new last one."""
-    last = holder.rotation_last_member_id or 0
-    chosen = next((a for a in agents if a.id > last), agents[0])
-    update_row(model, holder.id, {"rotation_last_member_id": chosen.id})
-    holder.rotation_last_member_id = chosen.id
-    return chosen
+_rotate_sql: dict[tuple[int, type, int], str] = {}
+
+
+def _rotate(model: type[Rule] | type[Workspace], holder_id: int, agents: list[Member]) -> Member | None:
+    """The agent after the holder's last one (by id, wrapping around), recorded as its new last
+    one by one UPDATE, which also locks the holder's row until the transaction ends; None when the
+    holder is gone. The agents come in id order."""
+    key = (id(database.obj), model, len(agents))
+    if key not in _rotate_sql:
+        table, p = model._meta.table_name, database.param
+        _rotate_sql[key] = (
+            f'UPDATE "{table}" SET "rotation_last_member_id" = COALESCE('
+            f'(SELECT MIN("column1") FROM (VALUES {", ".join([f"({p})"] * len(agents))}) AS "agent" '
+            f'WHERE "column1" > COALESCE("{table}"."rotation_last_member_id", 0)), {p}) '
+            f'WHERE "id" = {p} RETURNING "rotation_last_member_id"')
+    ids = [agent.id for agent in agents]
+    rows = database.execute_sql(_rotate_sql[key], [*ids, ids[0], holder_id]).fetchall()
+    return next((agent for agent in agents if agent.id == rows[0][0]), None) if rows else None
 
 
 def _least_open(agents: list[Member]) -> Member:

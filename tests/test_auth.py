@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from leadsvc.auth import check_grant, effective_abilities, hash_token, issue_token, revoke_token
+from leadsvc.db import database
 from leadsvc.models import Member, Token, utcnow
 
 PATH = "/api/v1/statuses"
@@ -80,6 +81,10 @@ def test_only_the_sha256_of_a_secret_is_stored(client, ws, backend, database_url
     assert row.secret_hash == hash_token(secret) and secret not in repr(row.__data__)
     if backend == "sqlite":
         folder = Path(database_url.removeprefix("sqlite:///")).parent
+        # Closing a file of the database releases every POSIX lock this process holds on it,
+        # SQLite's included: no connection may be open while the test reads them.
+        database.close()
+        database.obj.close_all()
         files = list(folder.glob("leadsvc.sqlite3*"))
         assert files, "the SQLite files exist"
         data = b"".join(file.read_bytes() for file in files)   # the database and its WAL

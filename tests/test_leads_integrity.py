@@ -17,7 +17,10 @@ def counts(ws) -> dict[str, int]:
 def failing_history(monkeypatch):
     """The history of a new lead (transition, activities, audit entry) fails to be written, after
     the lead row."""
+    write = pipeline.insert_rows
+
     def explode(rows):
+        write(rows[:1])   # the lead row
         raise RuntimeError("injected failure while writing the history")
     monkeypatch.setattr(pipeline, "insert_rows", explode)
 
@@ -47,7 +50,7 @@ def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
 
 def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
     """A lead reassigned between the view's lookup and the write's lock is no longer the caller's."""
-    from leadsvc.auth import Caller, lead_scope
+    from leadsvc.auth import Caller
     from leadsvc.documents import Refs
     from leadsvc.problems import NotFound
     from leadsvc.config import load_settings
@@ -55,7 +58,7 @@ def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
     row = Lead.get(Lead.public_id == lead["id"])
     agent = next(ws.member(e) for e, m in ws.ids.members.items() if m == lead["owner"]["id"])
     caller = Caller(None, agent, agent.workspace, frozenset())
-    actor = pipeline.Actor(workspace=agent.workspace, member=agent, lead_scope=lead_scope(caller))
+    actor = pipeline.Actor(workspace=agent.workspace, member=agent, caller=caller)
     refs = Refs.load(agent.workspace, load_settings("/dev/null"))
     Lead.update(owner=None).where(Lead.id == row.id).execute()   # reassigned meanwhile
     with pytest.raises(NotFound):
