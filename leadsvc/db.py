@@ -344,7 +344,7 @@ class Prepared:
     def __init__(self, build: Callable[..., pw.ModelSelect], arity: int = 1):
         self.build = build
         self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
-        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[Any]]] = {}
+        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[tuple[int | None, Any]]]] = {}
         # What peewee's cursor wrapper works out from the first row (which column goes to which
         # model and field, through which converter) is the same for every run of the query.
         self.row_plan: dict[int, dict[str, Any]] = {}
@@ -357,10 +357,12 @@ class Prepared:
             sql, params = query.sql()
             if sorted(p for p in params if p in self.placeholders) != sorted(self.placeholders):
                 raise ValueError("every placeholder must be a query parameter")
-            self.compiled[key] = (query, sql, params)
-        query, sql, params = self.compiled[key]
-        index = {p: i for i, p in enumerate(self.placeholders)}
-        bound = [values[index[p]] if isinstance(p, str) and p in index else p for p in params]
+            index = {p: i for i, p in enumerate(self.placeholders)}
+            # Each parameter: (index of the value that replaces it, None) or (None, its own value).
+            slots = [(index[p], None) if isinstance(p, str) and p in index else (None, p) for p in params]
+            self.compiled[key] = (query, sql, slots)
+        query, sql, slots = self.compiled[key]
+        bound = [own if i is None else values[i] for i, own in slots]
         rows = query._get_cursor_wrapper(database.execute_sql(sql, bound))
         plan = self.row_plan.get(key)
         if plan is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from functools import cache
+from functools import cache, lru_cache
 
 import marshmallow as ma
 
@@ -116,6 +116,7 @@ class IndianMobile(ma.fields.String):
         return normalized
 
 
+@lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
 def normalize_indian_mobile(raw: str) -> str | None:
     import phonenumbers
     from phonenumbers import PhoneNumberFormat, PhoneNumberType
@@ -124,8 +125,8 @@ def normalize_indian_mobile(raw: str) -> str | None:
         number = phonenumbers.parse(raw, "IN")
     except phonenumbers.NumberParseException:
         return None
-    if (number.country_code != 91 or number.extension or not phonenumbers.is_valid_number_for_region(number, "IN")
-            or phonenumbers.number_type(number) != PhoneNumberType.MOBILE):
+    # +91 is India's alone, so a number of type MOBILE there is also a valid number of the region.
+    if number.country_code != 91 or number.extension or phonenumbers.number_type(number) != PhoneNumberType.MOBILE:
         return None
     return phonenumbers.format_number(number, PhoneNumberFormat.E164)
 
