@@ -159,3 +159,32 @@ def test_a_failed_checkpoint_leaves_the_commit_before_it_standing(make_app, back
     assert Workspace.get(Workspace.name == "Kept")
     assert "WAL checkpoint failed" in caplog.text
     database.close()
+
+
+@pytest.mark.only_on("sqlite")
+def test_sqlite_writes_of_every_thread_share_one_connection_and_reads_keep_their_own(app, ws):
+    # A connection's page cache is dropped whenever another one wrote: the writes share one
+    # connection so that its cache stays warm; reads outside a write stay side by side.
+    seen = {}
+
+    def write(name):
+        own = database.connection()
+        with database.atomic():
+            Workspace.update(name=name).where(Workspace.public_id == ws.public_id).execute()
+            seen[name] = database.connection()
+        assert database.connection() is own, "the thread's own connection is back after the write"
+        database.close()
+
+    threads = [threading.Thread(target=write, args=(f"thread {n}",)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(seen) == 3 and len({id(conn) for conn in seen.values()}) == 1
+    assert database.connection() is not seen["thread 0"]
+    assert Workspace.get(Workspace.public_id == ws.public_id).name.startswith("thread ")
+    with pytest.raises(ZeroDivisionError):
+        with database.atomic():
+            assert database.connection() is seen["thread 0"]
+            1 / 0
+    assert database.connection() is not seen["thread 0"], "a rollback gives the thread its own back too"

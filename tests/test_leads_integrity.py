@@ -66,3 +66,23 @@ def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
     with pytest.raises(NotFound):
         pipeline.move_status(row, ws.ids.statuses["Contacted"], None, actor, refs)
     assert Lead.get_by_id(row.id).first_name == "Asha"
+
+
+def test_insert_rows_gives_later_rows_the_first_rows_id(app, ws):
+    from leadsvc.db import FIRST_ROW_ID, database, insert_rows
+    from leadsvc.models import Status, utcnow
+
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    status = Status.select().where(Status.workspace == workspace.id).order_by(Status.position).first()
+    now = utcnow()
+    lead = Lead(workspace=workspace.id, email="rows@example.com", status=status.id, created_at=now, updated_at=now,
+                status_changed_at=now)
+    notes = [Activity(workspace=workspace.id, kind="created", summary=f"Row {n}.", data={}, occurred_at=now,
+                      created_at=now) for n in range(2)]
+    for note in notes:
+        note.lead = FIRST_ROW_ID
+    with database.atomic():
+        lead_id = insert_rows([(Lead, lead.__data__), *((Activity, note.__data__) for note in notes)])
+    assert Lead.get_by_id(lead_id).email == "rows@example.com"
+    assert [a.summary for a in Activity.select().where(Activity.lead == lead_id).order_by(Activity.id)] == \
+        ["Row 0.", "Row 1."]

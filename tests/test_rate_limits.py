@@ -151,3 +151,29 @@ def test_a_redis_that_never_answers_does_not_stall_requests(limited, ws):
         worker.join(30)
         assert not worker.is_alive(), "requests hang on a silent Redis"
     assert statuses == [200, 200, 200]
+
+
+def test_memory_counters_start_no_thread_and_expired_ones_are_swept(monkeypatch):
+    # limits' MemoryStorage starts a threading.Timer whenever its last one has run out (under
+    # load, a new thread every 10 ms); here the requests sweep instead.
+    import time
+
+    from limits.storage import storage_from_string
+
+    from leadsvc.limits import SweptMemoryStorage, storage_uri
+
+    storage = storage_from_string(storage_uri("memory://"))
+    assert isinstance(storage, SweptMemoryStorage)
+    assert storage_uri("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    storage.timer.join()   # the one MemoryStorage starts as it is made
+    threads = set(threading.enumerate())
+    storage.incr("old", 0.01)
+    for n in range(200):
+        storage.incr(f"key-{n % 7}", 60)
+    assert set(threading.enumerate()) == threads, "counting started no thread"
+    assert storage.get("key-0") == 29
+    time.sleep(0.02)
+    monkeypatch.setattr(storage, "_swept_at", time.monotonic() - SweptMemoryStorage.SWEEP_SECONDS)
+    storage.incr("key-0", 60)
+    assert "old" not in storage.storage and "old" not in storage.expirations, "the expired counter was swept"
+    assert storage.get("key-0") == 30

@@ -121,3 +121,21 @@ def test_every_assignment_records_rule_strategy_and_member(client, make_workspac
     row = Lead.get(Lead.public_id == lead["id"])
     summary = Activity.get((Activity.lead == row.id) & (Activity.kind == "assigned")).summary
     assert "North" in summary and lead["owner"]["name"] in summary
+
+
+def test_a_rule_deleted_after_it_was_read_falls_through_to_the_fallback(client, make_workspace):
+    # The rules come from the per-process cache; one deleted meanwhile has no row to rotate.
+    from leadsvc import routing
+    from leadsvc.db import database
+    from leadsvc.documents import Refs
+    from leadsvc.config import load_settings
+    from leadsvc.models import Rule, Workspace
+
+    ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}))
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    refs = Refs.load(workspace, load_settings("/dev/null"))
+    Rule.delete().where(Rule.workspace == workspace.id).execute()
+    with database.atomic():
+        assignment = routing.route(workspace.id, {"source": None, "custom_fields": {}}, refs.members, refs.rules)
+    assert assignment.reason["rule"] is None and assignment.reason["strategy"] == "round_robin"
+    assert assignment.member is not None and assignment.member.role == "agent"
