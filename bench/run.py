@@ -295,11 +295,13 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
 
         log(f"{db.backend}: first page vs a page {DEEP_ROWS:,} rows deep, 1 connection")
         cursor = deep_cursor(leadsvc, secret["admin"])
+        deep_path = f"{list_path}?page%5Bafter%5D={cursor}"
+        for path in (list_path, deep_path):   # warm both queries (prepared statements, pages) first
+            wrk(leadsvc.url(path), secret["admin"], connections=1, seconds=2)
         first, deep = [], []
-        for _ in range(2):
+        for _ in range(3):
             first.append(wrk(leadsvc.url(list_path), secret["admin"], connections=1, seconds=seconds))
-            deep.append(wrk(leadsvc.url(f"{list_path}?page%5Bafter%5D={cursor}"), secret["admin"],
-                            connections=1, seconds=seconds))
+            deep.append(wrk(leadsvc.url(deep_path), secret["admin"], connections=1, seconds=seconds))
         p50 = lambda runs, key: statistics.median(r[key] for r in runs)   # noqa: E731
         results["pages"] = {"first_p50_ms": p50(first, "p50_ms"), "first_p99_ms": p50(first, "p99_ms"),
                             "deep_p50_ms": p50(deep, "p50_ms"), "deep_p99_ms": p50(deep, "p99_ms"),
