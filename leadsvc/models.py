@@ -192,8 +192,10 @@ class Lead(BaseModel):
     last_name = pw.CharField(max_length=100, default="")
     phone = pw.CharField(max_length=16, null=True)        # E.164
     email = pw.CharField(max_length=254, null=True)       # lower case
-    source = pw.ForeignKeyField(Source, null=True)
-    status = pw.ForeignKeyField(Status)
+    # No index of their own (0006): the report index leads with workspace, status and source, and
+    # statuses and sources are never deleted while leads use them.
+    source = pw.ForeignKeyField(Source, null=True, index=False)
+    status = pw.ForeignKeyField(Status, index=False)
     owner = pw.ForeignKeyField(Member, null=True, index=False)
     team = pw.ForeignKeyField(Team, null=True, index=False)
     estimated_value = pw.DecimalField(max_digits=15, decimal_places=2, null=True)
@@ -253,8 +255,8 @@ class Transition(Attributed):
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("tr_")
     lead = pw.ForeignKeyField(Lead, backref="transitions", on_delete="CASCADE", index=False)
-    from_status = pw.ForeignKeyField(Status, null=True, backref="+")
-    to_status = pw.ForeignKeyField(Status, backref="+")
+    from_status = pw.ForeignKeyField(Status, null=True, backref="+", index=False)   # indexed in the report
+    to_status = pw.ForeignKeyField(Status, backref="+", index=False)                # indexes below (0006)
     note = pw.TextField(null=True)
     at = pw.DateTimeField(default=utcnow)
     seconds_in_from = pw.IntegerField(null=True)
