@@ -346,11 +346,8 @@ class Prepared:
         self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
         self.compiled: dict[int, tuple[pw.ModelSelect, str, list[tuple[int | None, Any]]]] = {}
         # Rows of whole models joined by the root's foreign keys are built without peewee's cursor
-        # wrapper (see _instance_maker); None: a query of another shape.
+        # wrapper (see _instance_maker); None: a query of another shape, which peewee builds.
         self.makers: dict[int, Callable[[tuple], pw.Model] | None] = {}
-        # What peewee's cursor wrapper works out from the first row (which column goes to which
-        # model and field, through which converter) is the same for every run of the query.
-        self.row_plan: dict[int, dict[str, Any]] = {}
 
     def __call__(self, *values: Any) -> list[Any]:
         """The rows, as the query would give them (models, with joined models attached)."""
@@ -371,17 +368,7 @@ class Prepared:
         make = self.makers[key]
         if make is not None:
             return [make(row) for row in cursor.fetchall()]
-        rows = query._get_cursor_wrapper(cursor)
-        plan = self.row_plan.get(key)
-        if plan is not None:
-            rows.__dict__.update(plan)
-            rows.initialized = True
-            return list(rows)
-        before = set(vars(rows))
-        result = list(rows)
-        if rows.initialized:   # initialize() ran on the first row: keep what it added
-            self.row_plan[key] = {name: value for name, value in vars(rows).items() if name not in before}
-        return result
+        return list(query._get_cursor_wrapper(cursor))
 
 
 def _instance_maker(query: pw.ModelSelect, sqlite: bool) -> Callable[[tuple], pw.Model] | None:

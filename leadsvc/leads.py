@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import g, request, url_for
+from flask import g, request
 from flask.views import MethodView
 
 from . import pipeline
@@ -32,7 +32,9 @@ def actor() -> pipeline.Actor:
 
 
 def lead_url(public_id: str) -> str:
-    return url_for("leads.LeadResource", public_id=public_id)
+    """The lead's path, under whatever prefix the app is mounted at: what url_for gives for
+    LeadResource, without its URL building (2% of a create). A public id needs no quoting."""
+    return f"{request.script_root}{blp.url_prefix}/{public_id}"
 
 
 @blp.route("")
