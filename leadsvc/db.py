@@ -120,18 +120,14 @@ class _QueuedSqlite(pw.SqliteDatabase):
 
     def begin(self, lock_type: str | None = None) -> None:
         if not getattr(self._holder, "holds", False):
-            if not self._writer.acquire(timeout=self._wait_seconds):
-                raise pw.OperationalError("database is locked (another write of this process held it too long)")
-            self._holder.holds = True
+            self._take_turn()
             try:
-                if self._writer_conn is None:
-                    self._writer_conn = self._connect()
                 # This thread's own connection (or none yet) comes back in _release.
                 self._holder.own = (self._state.conn, self._state.closed)
-                self._state.conn, self._state.closed = self._writer_conn, False
+                self._state.conn, self._state.closed = self._writer_connection(), False
             except BaseException:
-                self._writer.release()
                 self._holder.holds = False
+                self._writer.release()
                 raise
         try:
             super().begin(lock_type)
@@ -142,6 +138,11 @@ class _QueuedSqlite(pw.SqliteDatabase):
     def commit(self) -> None:
         try:
             super().commit()
+        except BaseException:
+            # SQLite may keep the transaction open after a failed COMMIT (a full disk, an I/O
+            # error): end it on the writer connection before that goes to the next writer.
+            self._discard_write()
+            raise
         finally:
             self._release()
         self._commits += 1   # unlocked: a lost count only moves a checkpoint by one commit
@@ -150,14 +151,51 @@ class _QueuedSqlite(pw.SqliteDatabase):
             self._commits, self._checkpointed_at = 0, time.monotonic()
             try:   # PASSIVE: copies what no reader still needs, and never waits for a lock
                 self.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error as exc:   # the commit stands: its request must not fail now
+            except (sqlite3.Error, pw.PeeweeException) as exc:   # the commit stands: its request must not fail now
                 log.warning("WAL checkpoint failed (the next commit tries again): %s", exc)
 
     def rollback(self) -> None:
+        if not getattr(self._holder, "holds", False):
+            return   # the write is over: a failed COMMIT ended it (peewee rolls back after one)
         try:
             super().rollback()
         finally:
             self._release()
+
+    def writer_pragmas(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Set PRAGMAs of the connection that runs the process's writes (a bulk load tunes it),
+        between writes; the values they replace."""
+        self._take_turn()
+        try:
+            conn = self._writer_connection()
+            replaced = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in values}
+            for name, value in values.items():
+                conn.execute(f"PRAGMA {name} = {value}")
+            return replaced
+        finally:
+            self._holder.holds = False
+            self._writer.release()
+
+    def _take_turn(self) -> None:
+        if not self._writer.acquire(timeout=self._wait_seconds):
+            raise pw.OperationalError("database is locked (another write of this process held it too long)")
+        self._holder.holds = True
+
+    def _writer_connection(self) -> sqlite3.Connection:
+        """The shared writer connection (under the mutex), opened by the first write."""
+        if self._writer_conn is None:
+            self._writer_conn = self._connect()
+        return self._writer_conn
+
+    def _discard_write(self) -> None:
+        conn = self._writer_conn
+        try:
+            if conn is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:   # unusable: the next write opens another connection
+            log.warning("the SQLite writer connection failed to roll back and is replaced: %s", exc)
+            conn.close()
+            self._writer_conn = None
 
     def _release(self) -> None:
         if getattr(self._holder, "holds", False):
@@ -166,11 +204,17 @@ class _QueuedSqlite(pw.SqliteDatabase):
             self._writer.release()
 
     def close_all(self) -> None:
-        """Close the shared writer connection (each thread closes its own with close())."""
-        with self._writer:
+        """Close the shared writer connection (each thread closes its own with close()); left
+        open if a write still holds it after busy_timeout_ms."""
+        if not self._writer.acquire(timeout=self._wait_seconds):
+            log.warning("the SQLite writer connection is still in use; it was left open")
+            return
+        try:
             if self._writer_conn is not None:
                 self._writer_conn.close()
                 self._writer_conn = None
+        finally:
+            self._writer.release()
 
 
 @functools.cache
@@ -371,6 +415,11 @@ class Prepared:
         return list(query._get_cursor_wrapper(cursor))
 
 
+# Fields whose values _conversion turns into what peewee would give (the others need nothing).
+_MADE_FIELDS = (pw.IntegerField, pw.FloatField, pw.CharField, pw.TextField, pw.ForeignKeyField, pw.BooleanField,
+                pw.DecimalField, pw.DateTimeField, pw.JSONField)
+
+
 def _instance_maker(query: pw.ModelSelect, sqlite: bool) -> Callable[[tuple], pw.Model] | None:
     """For a query of whole models, the root's and those it inner-joins through its own foreign
     keys (a token with its member and workspace), a function from a row to the root instance with
@@ -379,7 +428,9 @@ def _instance_maker(query: pw.ModelSelect, sqlite: bool) -> Callable[[tuple], pw
     field's descriptor, and for the token lookup that was a third of the query's cost. None for
     any other shape, which peewee's cursor wrapper then builds."""
     fields = list(query._returning)
-    if not fields or not all(isinstance(f, pw.Field) and not isinstance(f, pw.FieldAlias) for f in fields):
+    if (query._row_type not in (None, pw.ROW.MODEL) or not fields
+            or not all(isinstance(f, _MADE_FIELDS) and not isinstance(f, (pw.FieldAlias, pw.TimestampField))
+                       for f in fields)):
         return None
     root = query.model
     models = list(dict.fromkeys(field.model for field in fields))

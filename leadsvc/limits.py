@@ -58,6 +58,8 @@ class SweptMemoryStorage(MemoryStorage):
             try:
                 self._swept_at = time.monotonic()
                 self._MemoryStorage__expire_events()
+            except KeyError:   # a request dropped an expired counter meanwhile; the next sweep goes on
+                pass
             finally:
                 self._sweeping.release()
 

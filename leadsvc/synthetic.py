@@ -533,24 +533,23 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 
 
 class _bulk_session:
-    """SQLite only, for this connection while loading: no fsync per commit and a large page cache."""
+    """SQLite only, for the connection that runs the writes while loading: no fsync per commit
+    and a large page cache."""
 
     def __enter__(self):
         if not is_postgres():
-            self.saved = {name: database.execute_sql(f"PRAGMA {name}").fetchone()[0]
-                          for name in ("synchronous", "cache_size", "foreign_keys", "threads", "analysis_limit")}
-            # The generator makes every reference itself; checking each one costs a lookup per row.
-            database.execute_sql("PRAGMA foreign_keys = OFF")
-            database.execute_sql("PRAGMA synchronous = OFF")
-            database.execute_sql("PRAGMA cache_size = -1000000")
-            database.execute_sql("PRAGMA threads = 2")             # CREATE INDEX sorts in parallel
-            database.execute_sql("PRAGMA analysis_limit = 1000")   # ANALYZE samples each index
+            self.saved = database.obj.writer_pragmas({
+                "foreign_keys": "OFF",   # the generator makes every reference itself: no lookup per row
+                "synchronous": "OFF",
+                "cache_size": -1000000,
+                "threads": 2,            # CREATE INDEX sorts in parallel
+                "analysis_limit": 1000,  # ANALYZE samples each index
+            })
         return self
 
     def __exit__(self, *exc):
         if not is_postgres():
-            for name, value in self.saved.items():
-                database.execute_sql(f"PRAGMA {name} = {value}")
+            database.obj.writer_pragmas(self.saved)
             database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         return False
 

@@ -188,3 +188,32 @@ def test_sqlite_writes_of_every_thread_share_one_connection_and_reads_keep_their
             assert database.connection() is seen["thread 0"]
             1 / 0
     assert database.connection() is not seen["thread 0"], "a rollback gives the thread its own back too"
+
+
+@pytest.mark.only_on("sqlite")
+def test_a_failed_commit_is_rolled_back_on_the_shared_writer_connection(app, ws, monkeypatch):
+    # SQLite may keep a transaction open after its COMMIT failed (a full disk, an I/O error); the
+    # next writer must not find the shared connection inside it.
+    import peewee as pw
+
+    monkeypatch.setattr(pw.SqliteDatabase, "commit", lambda self: (_ for _ in ()).throw(
+        pw.OperationalError("disk I/O error")), raising=False)
+    with pytest.raises(pw.OperationalError, match="disk I/O error"):
+        with database.atomic():
+            Workspace.update(name="never committed").where(Workspace.public_id == ws.public_id).execute()
+    monkeypatch.undo()
+    assert Workspace.get(Workspace.public_id == ws.public_id).name != "never committed"
+    with database.atomic():
+        Workspace.update(name="committed after").where(Workspace.public_id == ws.public_id).execute()
+    assert Workspace.get(Workspace.public_id == ws.public_id).name == "committed after"
+
+
+@pytest.mark.only_on("sqlite")
+def test_writer_pragmas_set_the_connection_that_runs_the_writes(app):
+    before = database.obj.writer_pragmas({"cache_size": -12345})
+    try:
+        with database.atomic():
+            assert database.execute_sql("PRAGMA cache_size").fetchone()[0] == -12345
+        assert database.execute_sql("PRAGMA cache_size").fetchone()[0] != -12345, "a thread's own connection"
+    finally:
+        database.obj.writer_pragmas(before)

@@ -33,3 +33,5 @@ def test_other_shapes_are_built_by_peewee(app, ws):
     assert fast.__data__ == slow.__data__ and fast.team is None   # the admin has no team
     assert all(make is None for make in prepared.makers.values())
     assert Prepared(lambda email: Lead.select().where(Lead.email == email))("nobody@example.com") == []
+    tuples = Prepared(lambda member: Member.select(Member.email).where(Member.id == member).tuples())
+    assert tuples(admin.id) == [("admin@t.test",)]
