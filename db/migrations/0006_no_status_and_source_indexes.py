@@ -6,7 +6,6 @@ source, for leads), and lists filter within a scope index. They only served the 
 when a status or source row is deleted, which the service never does while leads use it (a
 setup removes nothing); such a delete now scans those tables once.
 """
-from peewee import *
 
 INDEXES = {   # name: (table, column)
     "lead_status_id": ('"lead"', '"status_id"'),
