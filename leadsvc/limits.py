@@ -40,7 +40,7 @@ class SweptMemoryStorage(MemoryStorage):
 
     MemoryStorage starts a threading.Timer 10 ms ahead on every count whose last timer has run
     out: under load a new thread about every 10 ms, and starting one hands the GIL back and forth
-    (a tenth of a create's CPU in `make bench`). A counter past its window is already dropped when
+    (3% of a create's CPU, measured in-process). A counter past its window is already dropped when
     it is next read; the rest are swept here, at most once per SWEEP_SECONDS.
     """
 

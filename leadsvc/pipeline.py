@@ -278,15 +278,15 @@ def _creation_history(lead: Lead, assignment: routing.Assignment,
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
     rows = [
-        Transition(workspace=lead.workspace_id, lead=FIRST_ROW_ID, from_status=None, to_status=lead.status,
+        Transition(workspace=lead.workspace_id, lead=lead, from_status=None, to_status=lead.status,
                    at=lead.created_at, **actor.columns()),
         _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
         _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
         _audit_row(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                             if value not in (None, "", {})}),
     ]
-    for row in rows[1:]:
-        row.lead = FIRST_ROW_ID
+    for row in rows:
+        row.lead = FIRST_ROW_ID   # the lead has no id yet: insert_rows gives them the one it gets
     return [(type(row), row.__data__) for row in rows]
 
 
