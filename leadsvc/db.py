@@ -283,11 +283,11 @@ def any_of(clauses: list[pw.Expression]) -> pw.Expression:
 
 # --- inserts on the write path --------------------------------------------------------------
 
-def _insert_text(model: type[pw.Model], names: tuple[str, ...], rows: int = 1) -> tuple[str, list[pw.Field]]:
-    fields = [model._meta.fields[name] for name in names]
+def _insert_text(model: type[pw.Model], fields: list[pw.Field], tuples: list[list[str]]) -> str:
+    """INSERT INTO the model's table, the fields' columns, VALUES the tuples (of SQL fragments)."""
     columns = ", ".join(f'"{field.column_name}"' for field in fields)
-    values = ", ".join(["(" + ", ".join([database.param] * len(fields)) + ")"] * rows)
-    return f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {values}', fields
+    values = ", ".join("(" + ", ".join(slots) + ")" for slots in tuples)
+    return f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {values}'
 
 
 _insert_sql: dict[tuple[int, type, tuple[str, ...]], tuple[str, list[pw.Field]]] = {}
@@ -301,7 +301,8 @@ def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
     """
     key = (id(database.obj), model, tuple(values))
     if key not in _insert_sql:
-        sql, fields = _insert_text(model, key[2])
+        fields = [model._meta.fields[name] for name in key[2]]
+        sql = _insert_text(model, fields, [[database.param] * len(fields)])
         _insert_sql[key] = (sql + (' RETURNING "id"' if is_postgres() else ""), fields)
     sql, fields = _insert_sql[key]
     cursor = database.execute_sql(sql, [_parameter(field, values[field.name]) for field in fields])
@@ -351,9 +352,8 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
                     else:
                         slots.append(database.param)
                         fields.append(field)
-                tuples.append("(" + ", ".join(slots) + ")")
-            names_sql = ", ".join(f'"{field.column_name}"' for field in columns)
-            queries.append(f'INSERT INTO "{model._meta.table_name}" ({names_sql}) VALUES {", ".join(tuples)}')
+                tuples.append(slots)
+            queries.append(_insert_text(model, columns, tuples))
         queries[0] += ' RETURNING "id"'
         with_queries = ", ".join(f'"run{i}" AS ({query})' for i, query in enumerate(queries))
         _insert_rows_sql[key] = (f'WITH {with_queries} SELECT "id" FROM "run0"', fields)
