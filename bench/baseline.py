@@ -20,6 +20,7 @@ import secrets
 import sqlite3
 import string
 import threading
+import time
 from datetime import datetime
 
 from flask import Flask, Response, request
@@ -33,6 +34,19 @@ LEAD_COLUMNS = """l.public_id, l.first_name, l.last_name, l.phone, l.email, s.pu
     l.last_activity_at, l.status_changed_at"""
 LEAD_JOINS = """FROM lead l LEFT JOIN source s ON s.id = l.source_id JOIN status st ON st.id = l.status_id
     LEFT JOIN member m ON m.id = l.owner_id LEFT JOIN team t ON t.id = l.team_id"""
+RANDOM_SPACE = 62**16
+
+
+def lead_id() -> str:
+    """ld_, the Unix second in 6 base-62 digits, then 16 random ones: leadsvc's id scheme, so
+    that both put a new lead on the same index pages."""
+    number, digits = int(time.time()) * RANDOM_SPACE + secrets.randbelow(RANDOM_SPACE), []
+    for _ in range(22):
+        number, digit = divmod(number, 62)
+        digits.append(BASE62[digit])
+    return "ld_" + "".join(reversed(digits))
+
+
 SCOPE_COLUMN = {"admin": "l.workspace_id", "manager": "l.team_id", "agent": "l.owner_id"}
 
 
@@ -164,7 +178,7 @@ def create_app(url: str) -> Flask:
                                 status=200, mimetype="application/json")
             status_id = store.one("SELECT id FROM status WHERE workspace_id = ? ORDER BY position LIMIT 1",
                                   (workspace_id,))[0]
-            public_id = "ld_" + "".join(secrets.choice(BASE62) for _ in range(20))
+            public_id = lead_id()
             now = datetime.utcnow()
             stamp = now if store.postgres else now.isoformat(" ")
             store.one("""INSERT INTO lead (workspace_id, public_id, first_name, last_name, phone, email, status_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 import string
+import time
 from datetime import UTC, datetime
 
 import peewee as pw
@@ -17,7 +18,8 @@ import peewee as pw
 from .db import database
 
 BASE62 = string.digits + string.ascii_letters
-PUBLIC_ID_LENGTH = 20
+ID_TIME_DIGITS, ID_RANDOM_DIGITS = 6, 16   # DESIGN: at least 16 random base-62 digits
+PUBLIC_ID_LENGTH = ID_TIME_DIGITS + ID_RANDOM_DIGITS
 
 ROLES = ("admin", "manager", "agent")
 STATUS_KINDS = ("open", "won", "lost")
@@ -36,16 +38,20 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-_ID_SPACE = len(BASE62) ** PUBLIC_ID_LENGTH
+_RANDOM_SPACE = len(BASE62) ** ID_RANDOM_DIGITS
 
 
 def new_public_id(prefix: str) -> str:
-    """prefix + PUBLIC_ID_LENGTH random base-62 digits, from one draw of the system's CSPRNG."""
-    number, digits = secrets.randbelow(_ID_SPACE), []
+    """prefix + the Unix second in ID_TIME_DIGITS base-62 digits + ID_RANDOM_DIGITS random ones
+    (one draw of the system's CSPRNG). Ids made in the same second sort next to each other, so
+    the unique index of a busy table takes its new entries on a page or two that are already in
+    memory, instead of each on a random page that must be read first (and checkpointed after)."""
+    number = int(time.time()) * _RANDOM_SPACE + secrets.randbelow(_RANDOM_SPACE)
+    digits = []
     for _ in range(PUBLIC_ID_LENGTH):
         number, digit = divmod(number, 62)
         digits.append(BASE62[digit])
-    return prefix + "".join(digits)
+    return prefix + "".join(reversed(digits))
 
 
 def public_id_pattern(prefix: str) -> re.Pattern[str]:
@@ -54,7 +60,7 @@ def public_id_pattern(prefix: str) -> re.Pattern[str]:
 
 
 class PublicIdField(pw.CharField):
-    """A unique, random, prefixed id: the only id a client ever sees."""
+    """A unique, prefixed id, random but for its creation second: the only id a client ever sees."""
 
     def __init__(self, prefix: str, **kwargs):
         self.prefix = prefix

@@ -201,3 +201,21 @@ def test_create_needs_the_leads_create_ability(client, ws):
     assert response.status_code == 201
     response = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers("admin@t.test", ("leads:read",)))
     assert response.status_code == 403 and "leads:create" in response.json["detail"]
+
+
+def test_public_ids_start_with_their_second_then_keep_16_random_digits(monkeypatch):
+    # Ids made in the same second sit side by side in a unique index (a new row lands on a page in
+    # memory); DESIGN still asks for at least 16 random base-62 digits after the prefix.
+    from types import SimpleNamespace
+
+    from leadsvc import models
+
+    monkeypatch.setattr(models, "time", SimpleNamespace(time=lambda: 1_800_000_000.9))
+    same_second = [models.new_public_id("act_") for _ in range(200)]
+    monkeypatch.setattr(models, "time", SimpleNamespace(time=lambda: 1_800_000_001.0))
+    next_second = models.new_public_id("act_")
+    pattern = models.public_id_pattern("act_")
+    assert all(pattern.fullmatch(i) and len(i) == len("act_") + 22 for i in [*same_second, next_second])
+    assert len({i[:10] for i in same_second}) == 1, "the same second, the same first 6 digits"
+    assert len({i[10:] for i in same_second}) == 200, "16 random digits after them"
+    assert max(same_second) < next_second, "a later second sorts after"
