@@ -243,11 +243,6 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     if not refs.statuses:
         raise Conflict("The workspace has no pipeline statuses yet; run leadsvc setup.")
     phone, email = data.get("phone"), data.get("email")
-    # Everything that needs no lock is done before the transaction. A duplicate created meanwhile
-    # by someone else trips the unique indexes below, and is then answered the same way.
-    existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
-    if existing is not None:
-        return _duplicate(existing, matched_on, data, actor)
     now = utcnow()
     status = refs.first_status()
     lead = Lead(workspace=actor.workspace.id, first_name=data.get("first_name") or "",
@@ -258,15 +253,22 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
         with database.atomic():
+            # The duplicate is looked for inside the write: on SQLite the write lock already keeps
+            # every other create out, and the lookup warms the index pages the insert then writes.
+            existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
+            if existing is not None:
+                return _duplicate(existing, matched_on, data, actor)
             assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             lead.id = insert_rows([(Lead, lead.__data__), *_creation_history(lead, assignment, actor)])
     except pw.IntegrityError:
+        # PostgreSQL: a create that committed after this one began took the phone or e-mail.
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
         if existing is None:
             raise
-        return _duplicate(existing, matched_on, data, actor)
+        with database.atomic():
+            return _duplicate(existing, matched_on, data, actor)
     return Created(lead, duplicate=False)
 
 
@@ -291,13 +293,12 @@ def _creation_history(lead: Lead, assignment: routing.Assignment,
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
+    """Record the submission on the lead it duplicates (in the caller's transaction)."""
     if not actor.sees(lead):
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
-    with database.atomic():
-        _activity(lead, actor, "duplicate_submission",
-                  f"The same {' and '.join(matched_on)} was submitted again.",
-                  {"matched_on": matched_on, "submitted": sent})
+    _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
+              {"matched_on": matched_on, "submitted": sent})
     return Created(lead, duplicate=True, matched_on=matched_on)
 
 
