@@ -217,3 +217,39 @@ def test_writer_pragmas_set_the_connection_that_runs_the_writes(app):
         assert database.execute_sql("PRAGMA cache_size").fetchone()[0] != -12345, "a thread's own connection"
     finally:
         database.obj.writer_pragmas(before)
+
+
+@pytest.mark.only_on("sqlite")
+def test_a_write_request_holds_the_sqlite_write_turn_from_its_first_statement_to_its_teardown(app, ws):
+    # Write requests of a process run one at a time on the writer connection (its warm cache
+    # serves the token lookup too); a commit inside one does not end its turn, its teardown does,
+    # and a transaction it left open is rolled back then. Reads never take the turn.
+    turn = database.obj._writer
+    with app.test_request_context("/api/v1/leads", method="GET", headers=ws.headers()):
+        app.preprocess_request()
+        assert not turn.locked()
+    with app.test_request_context("/api/v1/leads", method="POST", headers=ws.headers()):
+        app.preprocess_request()
+        assert turn.locked()
+        writer = database.connection()
+        with database.atomic():
+            assert database.connection() is writer
+            Workspace.update(name="committed").where(Workspace.public_id == ws.public_id).execute()
+        assert turn.locked() and database.connection() is writer, "the commit left the turn with the request"
+        database.begin()
+        Workspace.update(name="left open").where(Workspace.public_id == ws.public_id).execute()
+        blocked = threading.Event()
+
+        def other_write():
+            with database.atomic():
+                blocked.set()
+            database.close()
+
+        other = threading.Thread(target=other_write, daemon=True)
+        other.start()
+        other.join(0.3)
+        assert not blocked.is_set(), "another thread's write waits for the request"
+    other.join(30)
+    assert blocked.is_set() and not turn.locked()
+    assert database.connection() is not writer
+    assert Workspace.get(Workspace.public_id == ws.public_id).name == "committed"
