@@ -52,6 +52,8 @@ def request_route() -> str:
 
 
 def _log_access(response: Response) -> Response:
+    if not access_log.isEnabledFor(logging.INFO):   # a level above INFO: no record to build
+        return response
     started = g.get("request_started")
     caller = g.get("caller")   # only if the request authenticated: never look a token up here
     access_log.info(
