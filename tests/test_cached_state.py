@@ -149,3 +149,24 @@ def test_synthetic_leads_never_clash_with_existing_ones(client, ws):
     assert synthetic.add_leads(workspace, 50, seed=3) == 50   # the same seed again: new numbers
 
     assert Lead.select().where(Lead.workspace == workspace.id).count() == 100
+
+
+def test_a_bulk_load_samples_its_statistics_on_the_connection_it_tuned(client, ws, backend, monkeypatch):
+    # SQLite: ANALYZE on the writer connection, whose analysis_limit the load set (a full ANALYZE
+    # of a million leads reads every index, 17 s); PostgreSQL: VACUUM (ANALYZE) after the load.
+    from leadsvc.db import database, is_postgres
+
+    statistics = []
+    run = type(database.obj).execute_sql
+
+    def spy(self, sql, params=None, *args, **kwargs):
+        if "ANALYZE" in sql:
+            limit = None if is_postgres() else run(self, "PRAGMA analysis_limit").fetchone()[0]
+            statistics.append((sql, limit))
+        return run(self, sql, params, *args, **kwargs)
+
+    monkeypatch.setattr(type(database.obj), "execute_sql", spy)
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    synthetic.add_leads(workspace, 20, seed=5)
+    expected = ("VACUUM (ANALYZE) lead, transition, activity", None) if is_postgres() else ("ANALYZE", 1000)
+    assert statistics == [expected]
