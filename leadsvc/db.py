@@ -151,15 +151,7 @@ class _QueuedSqlite(pw.SqliteDatabase):
 
     def begin(self, lock_type: str | None = None) -> None:
         if not getattr(self._holder, "holds", False):
-            self._take_turn()
-            try:
-                # This thread's own connection (or none yet) comes back in _release.
-                self._holder.own = (self._state.conn, self._state.closed)
-                self._state.conn, self._state.closed = self._writer_connection(), False
-            except BaseException:
-                self._holder.holds = False
-                self._writer.release()
-                raise
+            self._take_writer()
         try:
             super().begin(lock_type)
         except BaseException:
@@ -201,17 +193,9 @@ class _QueuedSqlite(pw.SqliteDatabase):
     def hold_writer(self) -> None:
         """Take the process's write turn for the rest of a request, and run all of the request's
         statements on the writer connection (release_writer gives both back)."""
-        if getattr(self._holder, "holds", False):
-            return
-        self._take_turn()
-        try:
-            self._holder.own = (self._state.conn, self._state.closed)
-            self._state.conn, self._state.closed = self._writer_connection(), False
-        except BaseException:
-            self._holder.holds = False
-            self._writer.release()
-            raise
-        self._holder.request = True
+        if not getattr(self._holder, "holds", False):
+            self._take_writer()
+            self._holder.request = True
 
     def release_writer(self) -> None:
         """End hold_writer's turn (a transaction left open is rolled back), then checkpoint if due."""
@@ -234,6 +218,18 @@ class _QueuedSqlite(pw.SqliteDatabase):
         finally:
             self._holder.holds = False
             self._writer.release()
+
+    def _take_writer(self) -> None:
+        """Take the turn, and put the writer connection in place of this thread's own (or none
+        yet), which comes back in _release."""
+        self._take_turn()
+        try:
+            self._holder.own = (self._state.conn, self._state.closed)
+            self._state.conn, self._state.closed = self._writer_connection(), False
+        except BaseException:
+            self._holder.holds = False
+            self._writer.release()
+            raise
 
     def _take_turn(self) -> None:
         if not self._writer.acquire(timeout=self._wait_seconds):
