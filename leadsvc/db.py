@@ -400,14 +400,12 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
     one multi-row INSERT. The SQL is written once per shape of the rows."""
     if not is_postgres():
         first_id = insert_row(*rows[0])
-        for (model, names), run in itertools.groupby(rows[1:], key=lambda row: (row[0], tuple(row[1]))):
-            values = [first_id if value is FIRST_ROW_ID else value for _, row in run for value in row.values()]
-            sql, fields = _insert_statement(model, names, len(values) // len(names))
+        for model, names, run in _runs(rows[1:]):
+            values = [first_id if value is FIRST_ROW_ID else value for row in run for value in row.values()]
+            sql, fields = _insert_statement(model, names, len(run))
             database.execute_sql(sql, [_parameter(field, value) for field, value in zip(itertools.cycle(fields), values)])
         return first_id
-    runs = [(rows[0][0], tuple(rows[0][1]), 1)] + [
-        (model, names, len(list(group)))
-        for (model, names), group in itertools.groupby((model, tuple(values)) for model, values in rows[1:])]
+    runs = [(rows[0][0], tuple(rows[0][1]), 1)] + [(model, names, len(run)) for model, names, run in _runs(rows[1:])]
     params = [value for _, values in rows for value in values.values()]
     first_id_at = frozenset(i for i, value in enumerate(params) if value is FIRST_ROW_ID)
     key = (id(database.obj), first_id_at, *runs)
@@ -434,6 +432,13 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
     values = [value for value in params if value is not FIRST_ROW_ID]
     cursor = database.execute_sql(sql, [_parameter(field, value) for field, value in zip(fields, values, strict=True)])
     return cursor.fetchone()[0]
+
+
+def _runs(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> list[tuple[type[pw.Model], tuple[str, ...], list[dict]]]:
+    """The rows as runs of consecutive rows of one model and set of columns: (model, the
+    columns' field names, each row's values)."""
+    return [(model, names, [values for _, values in run])
+            for (model, names), run in itertools.groupby(rows, key=lambda row: (row[0], tuple(row[1])))]
 
 
 def _parameter(field: pw.Field, value: Any) -> Any:
