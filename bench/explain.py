@@ -1,5 +1,6 @@
-"""Query plans of the lead list at benchmark scale: every sort, for each role's scope, first and
-deep pages. Each must read the scope's index in order (no sort step, no scan of the table).
+"""Query plans at benchmark scale. The lead list, every sort, for each role's scope, first and
+deep pages: each must read the scope's index in order (no sort step, no scan of the table). A
+create's duplicate lookup: it must read the phone and e-mail indexes, not the workspace.
 
     .venv/bin/python bench/explain.py sqlite:///bench/.cache/leads-1000000.sqlite3
 """
@@ -12,7 +13,7 @@ from datetime import datetime
 
 os.environ.setdefault("LEADSVC_CONFIG", os.devnull)
 
-from leadsvc import create_app  # noqa: E402
+from leadsvc import create_app, pipeline  # noqa: E402
 from leadsvc.db import database, is_postgres  # noqa: E402
 from leadsvc.listing import SORTS  # noqa: E402
 from leadsvc.models import Lead, Member  # noqa: E402
@@ -30,9 +31,16 @@ def plan(query) -> list[str]:
     return [row[0] if is_postgres() else row[-1] for row in rows]
 
 
-def problems(lines: list[str]) -> list[str]:
+def problems(lines: list[str], needed: tuple[str, ...] = ()) -> list[str]:
     bad = ("Sort", "Seq Scan", "TEMP B-TREE", "SCAN lead") if is_postgres() else ("TEMP B-TREE", "SCAN lead")
-    return [line for line in lines if any(word in line for word in bad)]
+    text = " ".join(lines)
+    return ([line for line in lines if any(word in line for word in bad)]
+            + [f"{index} unused" for index in needed if index not in text])
+
+
+def report(failed: list[str], label: str, lines: list[str]) -> int:
+    print(f"{'FAIL' if failed else 'ok  '} {label} | " + " / ".join(line.strip() for line in lines))
+    return int(bool(failed))
 
 
 def main(url: str) -> int:
@@ -45,9 +53,11 @@ def main(url: str) -> int:
                 after = None if depth == "first" else ((datetime(2026, 1, 1) if order.column.name != "score" else 50), "ld_M")
                 query = order.apply(Lead.select().where(SCOPES[role](member)), after).limit(51)
                 lines = plan(query)
-                bad = problems(lines)
-                failures += bool(bad)
-                print(f"{'FAIL' if bad else 'ok  '} {role:<8} {sort:<18} {depth:<5} | " + " / ".join(l.strip() for l in lines))
+                failures += report(problems(lines), f"{role:<8} {sort:<18} {depth:<5}", lines)
+    lookup = pipeline._leads_with_contact.build(member.workspace_id, "+919700000000", "someone@example.test")
+    lines = plan(lookup)
+    failures += report(problems(lines, ("lead_workspace_id_phone", "lead_workspace_id_email")),
+                       f"{'create':<8} {'duplicate lookup':<24}", lines)
     return failures
 
 

@@ -253,7 +253,7 @@ def deep_cursor(server: Server, token: str) -> str:
 
 
 def query_plans(db: Database) -> dict:
-    """bench/explain.py: every sort, role and depth of the list reads its scope's index in order."""
+    """bench/explain.py: each list query reads its scope's index in order, the duplicate lookup the contact indexes."""
     done = subprocess.run([sys.executable, str(BENCH / "explain.py"), db.url], capture_output=True, text=True,
                           env=service_env(db.url), cwd=CACHE)
     lines = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
@@ -410,7 +410,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
                  r["rss_mb"] < TARGETS["rss_mb"]))
     plans = r["plans"]
-    rows.append(("list query plans (3 sorts x 3 roles x first/deep page)", "scope index in order, no sort step",
+    rows.append(("query plans: lists (3 sorts x 3 roles x first/deep page), duplicate lookup", "indexes, no sort step",
                  "explain failed" if plans["error"] else
                  f"{plans['checked'] - len(plans['failed'])} of {plans['checked']} ok"
                  + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),

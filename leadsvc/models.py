@@ -223,8 +223,6 @@ class Lead(BaseModel):
         # Each sort has an index per scope root (workspace for admins, team for managers,
         # owner for agents) ending in the public id, so keyset pages are index range scans.
         indexes = (
-            (("workspace", "phone"), True),
-            (("workspace", "email"), True),
             (("workspace", "created_at", "public_id"), False),
             (("workspace", "score", "public_id"), False),
             (("workspace", "activity_sort_at", "public_id"), False),
@@ -237,6 +235,15 @@ class Lead(BaseModel):
             # Reports (0003): conversion by status, source and owner, and time to won, from the index alone.
             (("workspace", "status", "source", "owner", "created_at", "status_changed_at"), False),
         )
+
+
+# A phone or an e-mail is unique in its workspace (0007): partial indexes, without the leads that
+# have none. With those NULLs in, ANALYZE counted them as one value shared by thousands of leads,
+# and the planner then read the whole workspace for a create's duplicate lookup.
+Lead.add_index(Lead.index(Lead.workspace, Lead.phone, unique=True, where=Lead.phone.is_null(False),
+                          name="lead_workspace_id_phone"))
+Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.email.is_null(False),
+                          name="lead_workspace_id_email"))
 
 
 class OpenLeadCount(BaseModel):
