@@ -46,6 +46,10 @@ class Actor:
     def columns(self) -> dict[str, Any]:
         return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
 
+    def column_ids(self) -> dict[str, int | None]:
+        """columns() as the rows' values: the ids."""
+        return {name: None if row is None else row.id for name, row in self.columns().items()}
+
     @property
     def lead_scope(self) -> pw.Expression | None:
         return None if self.caller is None else lead_scope(self.caller)
@@ -275,21 +279,26 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
 def _creation_history(lead: Lead, assignment: routing.Assignment,
                       actor: Actor) -> list[tuple[type[pw.Model], dict[str, Any]]]:
     """A new lead's history, as rows written with the lead (their `lead` is the lead's new id):
-    its first transition, the created and assigned activities and the audit entry."""
+    its first transition, the created and assigned activities and the audit entry. Plain rows,
+    as insert_rows takes them: a model instance each cost more than its insert."""
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
-    rows = [
-        Transition(workspace=lead.workspace_id, lead=lead, from_status=None, to_status=lead.status,
-                   at=lead.created_at, **actor.columns()),
-        _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
-        _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
-        _audit_row(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
-                                            if value not in (None, "", {})}),
+    shared = {"workspace": lead.workspace_id, "lead": FIRST_ROW_ID, **actor.column_ids()}
+    now = utcnow()
+
+    def row(model: type[pw.Model], **values: Any) -> tuple[type[pw.Model], dict[str, Any]]:
+        return model, {**model._meta.get_default_dict(), **shared, **values}
+
+    return [
+        row(Transition, from_status=None, to_status=lead.status_id, at=lead.created_at),
+        row(Activity, kind="created", summary="Lead created.", occurred_at=now, created_at=now,
+            data={"via": actor.via or ("form" if actor.form else "api")}),
+        row(Activity, kind="assigned", summary=assignment.summary, occurred_at=now, created_at=now,
+            data=assignment.reason),
+        row(AuditEntry, action="created", request_id=actor.request_id,
+            changes={name: {"old": None, "new": value} for name, value in recorded.items() if value not in (None, "", {})}),
     ]
-    for row in rows:
-        row.lead = FIRST_ROW_ID   # the lead has no id yet: insert_rows gives them the one it gets
-    return [(type(row), row.__data__) for row in rows]
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
