@@ -7,6 +7,7 @@ Times are naive UTC datetimes.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import string
@@ -39,6 +40,21 @@ def utcnow() -> datetime:
 
 
 _RANDOM_SPACE = len(BASE62) ** ID_RANDOM_DIGITS
+_DIGIT_PAIRS = [high + low for high in BASE62 for low in BASE62]   # 00, 01, ... zz: two digits a step
+
+
+def _base62(number: int, digits: int) -> str:
+    """The number's last `digits` (even) base-62 digits, most significant first."""
+    pairs = []
+    for _ in range(digits // 2):
+        number, pair = divmod(number, len(_DIGIT_PAIRS))
+        pairs.append(_DIGIT_PAIRS[pair])
+    return "".join(reversed(pairs))
+
+
+@functools.lru_cache(maxsize=4)
+def _second_digits(second: int) -> str:
+    return _base62(second, ID_TIME_DIGITS)
 
 
 def new_public_id(prefix: str) -> str:
@@ -46,12 +62,7 @@ def new_public_id(prefix: str) -> str:
     (one draw of the system's CSPRNG). Ids made in the same second sort next to each other, so
     the unique index of a busy table takes its new entries on a page or two that are already in
     memory, instead of each on a random page that must be read first (and checkpointed after)."""
-    number = int(time.time()) * _RANDOM_SPACE + secrets.randbelow(_RANDOM_SPACE)
-    digits = []
-    for _ in range(PUBLIC_ID_LENGTH):
-        number, digit = divmod(number, 62)
-        digits.append(BASE62[digit])
-    return prefix + "".join(reversed(digits))
+    return prefix + _second_digits(int(time.time())) + _base62(secrets.randbelow(_RANDOM_SPACE), ID_RANDOM_DIGITS)
 
 
 def public_id_pattern(prefix: str) -> re.Pattern[str]:
