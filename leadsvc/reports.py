@@ -11,7 +11,8 @@ reported time is one that really occurred. The same SQL picks it on SQLite and P
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, Iterator, Mapping
 
 import peewee as pw
 from flask.views import MethodView
@@ -30,6 +31,11 @@ blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
 PERCENTILES = (50, 90)
 PERCENTILE_NAMES = ("median_seconds", "p90_seconds")
 RATE_DIGITS = 4
+
+# PostgreSQL sorts each status's lead ids for the funnel's COUNT(DISTINCT) in work_mem. At its
+# default of 4 MB, the sort over a million leads' transitions spilled 26 MB to disk (0.66-0.88 s
+# for that query; 0.49-0.66 s in memory).
+FUNNEL_WORK_MEM = "32MB"
 
 
 def rate(numerator: int, denominator: int) -> float | None:
@@ -103,11 +109,24 @@ def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durat
 
 # --- the reports -----------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def sort_memory(size: str) -> Iterator[None]:
+    """On PostgreSQL, a transaction whose sorts may use `size` of memory each (SET LOCAL: the
+    pooled connection gets its default back when it ends); on SQLite nothing."""
+    if not is_postgres():
+        yield
+        return
+    with database.atomic():
+        database.execute_sql(f"SET LOCAL work_mem = '{size}'")
+        yield
+
+
 def funnel(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
     """How many leads reached each status (from transitions), and each step's conversion."""
-    reached = dict(transitions(who, filters, refs)
-                   .select(Transition.to_status, pw.fn.COUNT(pw.fn.DISTINCT(Transition.lead)))
-                   .group_by(Transition.to_status).tuples())
+    with sort_memory(FUNNEL_WORK_MEM):
+        reached = dict(transitions(who, filters, refs)
+                       .select(Transition.to_status, pw.fn.COUNT(pw.fn.DISTINCT(Transition.lead)))
+                       .group_by(Transition.to_status).tuples())
     leads = scoped(Lead.select(pw.fn.COUNT(pw.SQL("*"))), who, filters, refs).scalar()
     stages, previous = [], None
     for status in refs.pipeline():

@@ -78,6 +78,28 @@ def test_funnel_counts_each_lead_once_per_status_reached(client, ws, pipeline_da
     ]
 
 
+@pytest.mark.only_on("postgresql")
+def test_the_funnel_sorts_in_more_memory_for_its_own_query_only(client, ws, pipeline_data, monkeypatch):
+    from leadsvc.db import database
+    from leadsvc.reports import FUNNEL_WORK_MEM
+
+    default = database.execute_sql("SHOW work_mem").fetchone()[0]
+    seen = []
+    run = type(database.obj).execute_sql
+
+    def spy(self, sql, params=None, *args, **kwargs):
+        cursor = run(self, sql, params, *args, **kwargs)
+        if "COUNT(DISTINCT" in sql:
+            seen.append(run(self, "SHOW work_mem").fetchone()[0])
+        return cursor
+
+    monkeypatch.setattr(type(database.obj), "execute_sql", spy)
+    assert funnel_table(report(client, ws, "funnel"))[0] == ("New", 7, None)
+    assert seen == [FUNNEL_WORK_MEM] != [default]
+    monkeypatch.undo()
+    assert database.execute_sql("SHOW work_mem").fetchone()[0] == default   # SET LOCAL ended with its transaction
+
+
 def test_funnel_of_a_manager_counts_only_its_team(client, ws, pipeline_data):
     data = report(client, ws, "funnel", "nmgr@t.test")
     assert data["leads"] == 5             # L1, L2, L3, L4, L7
