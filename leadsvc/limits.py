@@ -103,7 +103,6 @@ def storage_options(uri: str) -> dict[str, Any]:
 def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
     """Bind a limiter to the app; the exempt blueprints (probes, docs) are never counted or slowed."""
     cfg = app.config["LEADSVC"]["rate_limits"]
-    exempt = list(exempt)
     exempt_names = {blueprint.name for blueprint in exempt}
 
     @app.before_request

@@ -179,23 +179,26 @@ def _insert(row: ModelT) -> ModelT:
 
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
               at: datetime | None = None) -> Activity:
-    return _insert(_activity_row(lead, actor, kind, summary, data, at))
+    return _insert(Activity(**_activity_values(lead.workspace_id, lead.id, actor, kind, summary, data, at)))
 
 
-def _activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-                  at: datetime | None = None) -> Activity:
+def _activity_values(workspace_id: int, lead_id: Any, actor: Actor, kind: str, summary: str,
+                     data: dict | None = None, at: datetime | None = None) -> dict[str, Any]:
+    """An activity's column values (ids for its references), for every activity written."""
     now = utcnow()
-    return Activity(workspace=lead.workspace_id, lead=lead, kind=kind, summary=summary, data=data or {},
-                    occurred_at=at or now, created_at=now, **actor.columns())
+    return {"workspace": workspace_id, "lead": lead_id, "kind": kind, "summary": summary, "data": data or {},
+            "occurred_at": at or now, "created_at": now, **actor.column_ids()}
 
 
 def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return _insert(_audit_row(lead, actor, action, changes))
+    return _insert(AuditEntry(**_audit_values(lead.workspace_id, lead.id, actor, action, changes)))
 
 
-def _audit_row(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return AuditEntry(workspace=lead.workspace_id, lead=lead, action=action, changes=changes,
-                      request_id=actor.request_id, **actor.columns())
+def _audit_values(workspace_id: int, lead_id: Any, actor: Actor, action: str,
+                  changes: dict[str, Any]) -> dict[str, Any]:
+    """An audit entry's column values (ids for its references), for every entry written."""
+    return {"workspace": workspace_id, "lead": lead_id, "action": action, "changes": changes,
+            "request_id": actor.request_id, **actor.column_ids()}
 
 
 def _lock(lead: Lead, actor: Actor) -> Lead:
@@ -284,20 +287,21 @@ def _creation_history(lead: Lead, assignment: routing.Assignment,
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
-    shared = {"workspace": lead.workspace_id, "lead": FIRST_ROW_ID, **actor.column_ids()}
-    now = utcnow()
+    workspace_id, lead_id = lead.workspace_id, FIRST_ROW_ID
 
-    def row(model: type[pw.Model], **values: Any) -> tuple[type[pw.Model], dict[str, Any]]:
-        return model, {**model._meta.get_default_dict(), **shared, **values}
+    def row(model: type[pw.Model], values: dict[str, Any]) -> tuple[type[pw.Model], dict[str, Any]]:
+        return model, {**model._meta.get_default_dict(), **values}
 
     return [
-        row(Transition, from_status=None, to_status=lead.status_id, at=lead.created_at),
-        row(Activity, kind="created", summary="Lead created.", occurred_at=now, created_at=now,
-            data={"via": actor.via or ("form" if actor.form else "api")}),
-        row(Activity, kind="assigned", summary=assignment.summary, occurred_at=now, created_at=now,
-            data=assignment.reason),
-        row(AuditEntry, action="created", request_id=actor.request_id,
-            changes={name: {"old": None, "new": value} for name, value in recorded.items() if value not in (None, "", {})}),
+        row(Transition, {"workspace": workspace_id, "lead": lead_id, "from_status": None, "to_status": lead.status_id,
+                         "at": lead.created_at, **actor.column_ids()}),
+        row(Activity, _activity_values(workspace_id, lead_id, actor, "created", "Lead created.",
+                                       {"via": actor.via or ("form" if actor.form else "api")})),
+        row(Activity, _activity_values(workspace_id, lead_id, actor, "assigned", assignment.summary,
+                                       assignment.reason)),
+        row(AuditEntry, _audit_values(workspace_id, lead_id, actor, "created",
+                                      {name: {"old": None, "new": value} for name, value in recorded.items()
+                                       if value not in (None, "", {})})),
     ]
 
 
