@@ -243,6 +243,19 @@ def test_submissions_over_the_per_ip_limit_are_429_and_create_nothing(make_app, 
     assert client.get(f"/forms/{form_id}").status_code == 200, "reading the page is not a submission"
 
 
+def test_submissions_and_api_requests_from_one_ip_share_its_budget(make_app, make_workspace):
+    """A submission counts against its form limit and the per-IP limit; flask-limiter checks it,
+    ServiceLimiter's short path the API requests: both must count the one per-IP budget."""
+    app = make_app(rate_limits={"enabled": True, "forms": "100/minute", "per_ip": "3/minute"})
+    tenant = make_workspace(with_form)
+    form_id = tenant.ids.forms["Website enquiry"]
+    client = app.test_client()
+    assert client.get("/api/v1/statuses").headers["RateLimit-Remaining"] == "2"
+    assert submit_json(client, form_id, {"phone": new_phone()}).status_code == 201
+    assert client.get("/api/v1/statuses").headers["RateLimit-Remaining"] == "0"
+    assert submit_json(client, form_id, {"phone": new_phone()}).status_code == 429
+
+
 def test_form_routes_need_no_token(client, tenant, form_id):
     assert client.get(f"/forms/{form_id}").status_code == 200
     assert submit_json(client, form_id, {"phone": new_phone()}).status_code == 201

@@ -82,6 +82,17 @@ def test_requests_without_a_valid_token_count_per_ip(limited, ws):
     assert client.get(PATH, headers=ws.headers()).status_code == 200, "a valid token has its own budget"
 
 
+def test_a_limit_string_naming_several_limits_applies_each(limited, ws):
+    """flask-limiter's own check takes these (ServiceLimiter's short path counts one limit)."""
+    client = limited(per_token="5/hour;2/minute").test_client()
+    headers = ws.headers()
+    first, second = (client.get(PATH, headers=headers) for _ in range(2))
+    assert first.status_code == second.status_code == 200
+    assert (first.headers["RateLimit-Limit"], first.headers["RateLimit-Remaining"]) == ("2", "1"), \
+        "the headers show the limit with the smallest window"
+    assert client.get(PATH, headers=headers).status_code == 429
+
+
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/docs", "/api/v1/openapi.json", "/docs/api/problems/rate_limited"])
 def test_probes_and_docs_are_never_limited(limited, path):
     client = limited(per_ip="1/minute").test_client()
