@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import sys
 import time
-import uuid
 from typing import Any, Mapping
 
 from flask import Flask, Response, g, has_request_context, request
@@ -33,16 +33,21 @@ def init_app(app: Flask) -> None:
     def assign_request_id() -> None:
         g.request_started = time.perf_counter()
         sent = request.headers.get(REQUEST_ID_HEADER, "")
-        g.request_id = sent if _SANE_REQUEST_ID.match(sent) else uuid.uuid4().hex
+        g.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_request_id()
 
     @app.after_request
     def echo_request_id(response: Response) -> Response:
-        response.headers[REQUEST_ID_HEADER] = g.get("request_id") or uuid.uuid4().hex
+        response.headers[REQUEST_ID_HEADER] = g.get("request_id") or new_request_id()
         return response
 
     if app.config["LEADSVC"]["logging"]["access_log"]:
         # Registered first, so it runs last of the after_request hooks and sees the final status.
         app.after_request_funcs.setdefault(None, []).insert(0, _log_access)
+
+
+def new_request_id() -> str:
+    """32 random hex digits, as uuid4().hex gives them (uuid4's version bits cost it 4 times as long)."""
+    return secrets.token_hex(16)
 
 
 def request_route() -> str:
