@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import cache, lru_cache
@@ -116,11 +117,21 @@ class IndianMobile(ma.fields.String):
         return normalized
 
 
+# +91 and ten ASCII digits, the first not 0: E.164 already, and what phonenumbers.parse reads as
+# country code 91 with those ten digits as the national number (India's national prefix, 0, is
+# only stripped from a number that starts with it).
+_INDIAN_E164 = re.compile(r"\+91([1-9][0-9]{9})", re.ASCII)
+
+
 @lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
 def normalize_indian_mobile(raw: str) -> str | None:
     import phonenumbers
-    from phonenumbers import PhoneNumberFormat, PhoneNumberType
+    from phonenumbers import PhoneNumber, PhoneNumberFormat, PhoneNumberType
 
+    e164 = _INDIAN_E164.fullmatch(raw)
+    if e164 is not None:   # the spelling clients mostly send: its type, without parse (2/3 of the cost)
+        number = PhoneNumber(country_code=91, national_number=int(e164[1]))
+        return raw if phonenumbers.number_type(number) == PhoneNumberType.MOBILE else None
     try:
         number = phonenumbers.parse(raw, "IN")
     except phonenumbers.NumberParseException:

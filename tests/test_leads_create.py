@@ -36,6 +36,25 @@ def test_indian_mobiles_in_any_spelling_are_stored_as_e164(client, ws, raw):
     assert lead["contact"]["phone"] == "+919876543210"
 
 
+def test_an_e164_mobile_gets_the_answer_phonenumbers_parse_gives():
+    """+91 and ten digits skip phonenumbers.parse; with a space after +91 the same number takes
+    the parse. For every four-digit start (the mobile ranges are allocated by them) both agree."""
+    import random
+
+    from leadsvc.schemas import normalize_indian_mobile
+
+    normalize = normalize_indian_mobile.__wrapped__   # uncached
+    rng = random.Random(7)
+    answers = set()
+    for start in range(1000, 10000):
+        digits = f"{start}{rng.randrange(10**6):06d}"
+        answers.add(normalize(f"+91{digits}"))
+        assert normalize(f"+91{digits}") == normalize(f"+91 {digits}"), digits
+    assert len(answers) > 1000 and None in answers, "both mobiles and other numbers were checked"
+    assert normalize("+91\u0669\u0668\u0667\u0666\u0665\u0664\u0663\u0662\u0661\u0660") == "+919876543210", \
+        "digits of another script are parsed, and stored as ASCII"
+
+
 @pytest.mark.parametrize("raw", ["1234567890", "011 2345 6789", "+91 11 2345 6789", "0919876543210",
                                  "98765432", "+1 650 253 0000", "abc", "", "+91 98765 43210 ext. 12",
                                  "9" * 40])
