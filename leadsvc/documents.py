@@ -8,7 +8,7 @@ OpenAPI; a test keeps the two in step.
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 import hashlib
 import json
@@ -81,11 +81,16 @@ def cached_refs(workspace: Workspace, settings: dict) -> Refs:
     hit = _refs_cache.get(key)
     if hit is None or hit[0] != workspace.refs_version:
         # Loaded after the version was read, so a cached entry is never older than its version.
-        hit = (workspace.refs_version, Refs.load(workspace, settings))
+        loaded = Refs.load(workspace, settings)
+        _ = loaded.refs_of_leads   # built now, once per version: the copies below share it
+        hit = (workspace.refs_version, loaded)
         if len(_refs_cache) >= _REFS_CACHE_SIZE:
             _refs_cache.clear()
         _refs_cache[key] = hit
-    return dataclasses.replace(hit[1], workspace=workspace, settings=settings)
+    # A shallow copy: the tables and the lead documents' reference objects are the cached ones.
+    refs = copy.copy(hit[1])
+    refs.workspace, refs.settings = workspace, settings
+    return refs
 
 
 def request_refs() -> Refs:

@@ -8,6 +8,7 @@ different limits side by side.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -15,12 +16,14 @@ from typing import Any, Callable, Iterable
 
 from flask import Blueprint, Flask, Response, request
 from flask.globals import request_ctx
-from flask_limiter import ApplicationLimit, HeaderNames, Limiter, RateLimitExceeded, RequestLimit
+from flask_limiter import ApplicationLimit, Limiter, RateLimitExceeded, RequestLimit
 from limits.storage import MemoryStorage
 from werkzeug.exceptions import RequestHeaderFieldsTooLarge
 
 from .auth import current_caller
 from .config import settings
+
+log = logging.getLogger("leadsvc")
 
 # All request headers together (names and values). A bearer token and the usual browser headers
 # take well under 2 KiB; waitress's own, larger limit answers with a plain-text 431 before us.
@@ -33,9 +36,6 @@ _BODY_HEADER_KEYS = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})   # the header
 # retries three times with backoff of up to 14 seconds in all.
 REDIS_TIMEOUT_SECONDS = 0.5
 
-# flask-limiter writes Retry-After on every response once headers are on; it writes it under this
-# name instead, and finish_headers() turns it into Retry-After on 429s only.
-_LIMITER_RETRY_AFTER = "X-Leadsvc-Limiter-Retry-After"
 
 
 class SweptMemoryStorage(MemoryStorage):
@@ -75,11 +75,12 @@ class ServiceLimiter(Limiter):
     limit string parsed again): 0.87 of a create's 4.9 million instructions, for the single
     application-wide limit of an API request. While the storage answers, that limit is counted
     here as flask-limiter's ApplicationLimit gives it (key, scope "global", strategy), so both
-    paths count one budget, and flask-limiter's after-request hook writes the headers as ever.
-    Blueprints with limits of their own (limit_blueprint: web forms), limit strings naming
-    several limits, and every request once the storage has failed (flask-limiter then counts in
-    memory until the storage is back: its _storage_dead) take flask-limiter's own check, which
-    this overrides (hence the pin of flask-limiter to 4.1). Exempt blueprints are never counted.
+    paths count one budget, and either leaves it as the request's current_limit (for the
+    headers). Blueprints with limits of their own (limit_blueprint: web forms), limit strings
+    naming several limits, and every request once the storage has failed (flask-limiter then
+    counts in memory until the storage is back: its _storage_dead) take flask-limiter's own
+    check, which this overrides (hence the pin of flask-limiter to 4.1); the request that finds
+    the storage failing tries it twice, once here. Exempt blueprints are never counted.
     """
 
     def __init__(self, *args: Any, exempt: Iterable[str] = (), **kwargs: Any):
@@ -198,9 +199,9 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
         storage_uri=storage_uri(cfg["storage"]),
         storage_options=storage_options(cfg["storage"]),
         enabled=cfg["enabled"],
-        headers_enabled=True,
-        header_name_mapping={HeaderNames.LIMIT: "RateLimit-Limit", HeaderNames.REMAINING: "RateLimit-Remaining",
-                             HeaderNames.RESET: "RateLimit-Reset", HeaderNames.RETRY_AFTER: _LIMITER_RETRY_AFTER},
+        # write_headers writes them: flask-limiter's would give the reset as an epoch second, and
+        # Retry-After on every response.
+        headers_enabled=False,
         # Redis trouble must not become 500s, nor switch limits off: count in this process until
         # Redis is back (flask-limiter checks it again with backoff).
         swallow_errors=True,
@@ -208,18 +209,25 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
         key_prefix=cfg["key_prefix"],
     )
 
-    # Registered before limiter.init_app, so it runs after the limiter's own after_request
-    # (Flask runs them in reverse) and sees the headers it wrote.
     @app.after_request
-    def finish_headers(response: Response) -> Response:
-        response.headers.pop(_LIMITER_RETRY_AFTER, None)
-        current = limiter.current_limit
-        if current is not None and "RateLimit-Reset" in response.headers:
-            # flask-limiter writes the epoch second of the reset; clients want seconds from now.
-            seconds = max(1, math.ceil(current.window[0] - time.time()))
-            response.headers["RateLimit-Reset"] = str(seconds)
-            if response.status_code == 429:
-                response.headers["Retry-After"] = str(seconds)
+    def write_headers(response: Response) -> Response:
+        """RateLimit-Limit, -Remaining and -Reset (seconds from now) of the limit this request
+        counted against, and on a 429 Retry-After (the same seconds)."""
+        counted = limiter.current_limit
+        if counted is None:
+            return response
+        try:
+            reset_at, remaining = counted.window
+        except Exception as exc:   # the storage failed after counting: the next request counts in memory
+            log.warning("Rate limit headers left out: the limit storage failed (%s)", exc)
+            return response
+        seconds = str(max(1, math.ceil(reset_at - time.time())))
+        headers = response.headers
+        headers["RateLimit-Limit"] = str(counted.limit.amount)
+        headers["RateLimit-Remaining"] = str(remaining)
+        headers["RateLimit-Reset"] = seconds
+        if response.status_code == 429:
+            headers["Retry-After"] = seconds
         return response
 
     limiter.init_app(app)
