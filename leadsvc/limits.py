@@ -37,7 +37,6 @@ _BODY_HEADER_KEYS = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})   # the header
 REDIS_TIMEOUT_SECONDS = 0.5
 
 
-
 class SweptMemoryStorage(MemoryStorage):
     """limits' in-memory counters, with expired ones swept by the requests instead of a thread.
 
