@@ -1,0 +1,150 @@
+"""leadsvc (or the baseline) as a WSGI app called in a loop: the cost of a request without a server.
+
+Served figures on a shared VM move by a third between identical runs; the app called in a loop,
+one thread, no sockets, moves far less, and under valgrind it gives instruction counts that
+repeat to 0.1%. Creates are what bench/wrk/create.lua sends (a quarter of them duplicates of
+existing phones, over every source of the demo workspace); any other path is a GET as the demo
+admin.
+
+    .venv/bin/python bench/inprocess.py sqlite:///bench/.cache/small.sqlite3 -n 3000
+    .venv/bin/python bench/inprocess.py sqlite:///... --path /healthz
+    .venv/bin/python bench/inprocess.py sqlite:///... --profile out.prof     # cProfile of the loop
+
+Instructions per request: run under `valgrind --tool=callgrind --callgrind-out-file=/dev/null`
+with `-n 0` and with `-n 200` (the same --warm), and divide the difference of the two totals by
+200. A SQLite database is copied first (--no-copy writes into it), a PostgreSQL one is written
+to (use a scratch one); make one with
+`LEADSVC_DATABASE_URL=sqlite:///bench/.cache/small.sqlite3 .venv/bin/leadsvc demo --leads 50000`.
+Another checkout's leadsvc: PYTHONPATH=/path/to/checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from run import CACHE, demo, service_env
+
+INTERESTS = ("2bhk", "3bhk", "villa", "plot")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="sqlite:///path or postgresql://... of a database with the demo workspace")
+    parser.add_argument("--path", default="create", help="create (POST /api/v1/leads), or a path to GET")
+    parser.add_argument("-n", type=int, default=2000, help="requests measured")
+    parser.add_argument("--warm", type=int, default=50, help="requests before measuring")
+    parser.add_argument("--app", choices=("leadsvc", "baseline"), default="leadsvc")
+    parser.add_argument("--no-copy", action="store_true", help="run on the SQLite file itself")
+    parser.add_argument("--profile", help="write a cProfile of the measured requests to this file")
+    args = parser.parse_args()
+
+    url = args.url
+    if url.startswith("sqlite:///") and not args.no_copy:
+        copy = Path(tempfile.mkdtemp()) / "inprocess.sqlite3"
+        shutil.copy(url[len("sqlite:///"):], copy)
+        url = f"sqlite:///{copy}"
+    env = service_env(url)
+    CACHE.mkdir(parents=True, exist_ok=True)   # where demo runs
+    token = demo(url)["tokens"]["admin@demo.test"]["token"]
+    app = _app(args.app, url, env)
+    send = Requests(url, token)
+
+    statuses: dict[str, int] = {}
+
+    def start_response(status: str, headers: list, exc_info=None) -> None:
+        statuses[status[:3]] = statuses.get(status[:3], 0) + 1
+
+    def one() -> None:
+        body = app(send.create() if args.path == "create" else send.get(args.path), start_response)
+        b"".join(body)
+        getattr(body, "close", lambda: None)()
+
+    for _ in range(args.warm):
+        one()
+    statuses.clear()
+    profile = None
+    if args.profile:
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(args.n):
+        one()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(args.profile)
+    print(f"{args.app} {args.path}: {args.n} requests, {1000 * wall / max(1, args.n):.3f} ms wall and "
+          f"{1000 * cpu / max(1, args.n):.3f} ms CPU each; statuses {dict(sorted(statuses.items()))}")
+
+
+def _app(which: str, url: str, env: dict[str, str]):
+    if which == "baseline":
+        import baseline
+
+        return baseline.create_app(url)
+    import os
+
+    os.environ.update(env)   # production settings, limits that never trip (as make bench serves)
+    from leadsvc import create_app
+
+    return create_app()
+
+
+class Requests:
+    """WSGI environs as wrk sends them: creates like bench/wrk/create.lua, GETs as the admin."""
+
+    def __init__(self, url: str, token: str):
+        self.token = token
+        self.random = random.Random(7)
+        with _connect(url) as conn:
+            self.duplicates = [row[0] for row in conn.execute(
+                "SELECT phone FROM lead WHERE phone IS NOT NULL ORDER BY id DESC LIMIT 200")]
+            self.sources = [row[0] for row in conn.execute("SELECT public_id FROM source")]
+
+    def create(self) -> dict:
+        pick = self.random
+        if self.duplicates and pick.random() < 0.25:
+            phone = pick.choice(self.duplicates)
+        else:
+            phone = f"+9197{pick.randrange(10**8):08d}"
+        body = {"first_name": "Bench", "last_name": "Lead", "phone": phone, "source": pick.choice(self.sources),
+                "estimated_value": pick.randint(20, 300) * 100000,
+                "custom_fields": {"product_interest": pick.choice(INTERESTS)}}
+        return self._environ("POST", "/api/v1/leads", json.dumps(body, separators=(",", ":")).encode())
+
+    def get(self, path: str) -> dict:
+        path, _, query = path.partition("?")
+        return self._environ("GET", path, b"", query)
+
+    def _environ(self, method: str, path: str, body: bytes, query: str = "") -> dict:
+        return {"REQUEST_METHOD": method, "SCRIPT_NAME": "", "PATH_INFO": path, "QUERY_STRING": query,
+                "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8080", "SERVER_PROTOCOL": "HTTP/1.1",
+                "REMOTE_ADDR": "127.0.0.1", "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body),
+                "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False,
+                "wsgi.run_once": False, "wsgi.version": (1, 0), "CONTENT_TYPE": "application/json",
+                "CONTENT_LENGTH": str(len(body)), "HTTP_HOST": "127.0.0.1:8080",
+                "HTTP_AUTHORIZATION": f"Bearer {self.token}", "HTTP_USER_AGENT": "wrk", "HTTP_ACCEPT": "*/*"}
+
+
+def _connect(url: str):
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        return sqlite3.connect(url[len("sqlite:///"):])
+    import psycopg
+
+    return psycopg.connect(url)
+
+
+if __name__ == "__main__":
+    main()
