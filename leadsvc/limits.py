@@ -106,6 +106,9 @@ class ServiceLimiter(Limiter):
         blueprint = request.blueprint
         if blueprint in self.exempt_blueprints or request.endpoint is None:
             return   # as flask-limiter: probes and docs, and unknown routes, are never counted
+        # The caller is looked up here, before flask-limiter's check: flask-limiter takes any error
+        # raised while it computes a key for a storage failure (and swallows it), and a database
+        # outage must be a 503. Probes and docs never touch the database.
         limits = self._runtime_limits(caller_limit())
         if (callable_name is not None or not in_middleware or self._storage_dead or len(limits) != 1
                 or blueprint in self._own_limits):
@@ -182,14 +185,6 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
                    if key[:5] == "HTTP_" or key in _BODY_HEADER_KEYS)
         if size > MAX_HEADER_BYTES:
             raise RequestHeaderFieldsTooLarge(f"Request headers may take at most {MAX_HEADER_BYTES} bytes.")
-
-    @app.before_request
-    def identify_caller() -> None:
-        # The limiter's key needs the caller, and flask-limiter takes any error raised while it
-        # computes the key for a storage failure (and swallows it). Looking the token up here first
-        # lets a database outage become a 503 instead. Probes and docs never touch the database.
-        if cfg["enabled"] and request.endpoint is not None and request.blueprint not in exempt_names:
-            current_caller()
 
     limiter = ServiceLimiter(
         key_func=caller_key,
