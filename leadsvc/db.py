@@ -403,18 +403,19 @@ def _insert_text(model: type[pw.Model], fields: list[pw.Field], tuples: list[lis
     return f'INSERT INTO "{model._meta.table_name}" ({columns}) VALUES {values}'
 
 
-_insert_sql: dict[tuple, tuple[str, list[pw.Field]]] = {}
+Convert = Callable[[Any], Any]
+_insert_sql: dict[tuple, tuple[str, list[Convert]]] = {}
 
 
 def _insert_statement(model: type[pw.Model], names: tuple[str, ...], rows: int = 1, *,
-                      returning_id: bool = False) -> tuple[str, list[pw.Field]]:
-    """An INSERT of `rows` rows of the named fields, and the fields in parameter order (per
-    row): written once per database and shape."""
+                      returning_id: bool = False) -> tuple[str, list[Convert]]:
+    """An INSERT of `rows` rows of the named fields, and what turns each field's value into its
+    parameter (_to_parameter), in parameter order per row: made once per database and shape."""
     key = (id(database.obj), model, names, rows, returning_id)
     if key not in _insert_sql:
         fields = [model._meta.fields[name] for name in names]
         sql = _insert_text(model, fields, [[database.param] * len(fields)] * rows)
-        _insert_sql[key] = (sql + (' RETURNING "id"' if returning_id else ""), fields)
+        _insert_sql[key] = (sql + (' RETURNING "id"' if returning_id else ""), _to_parameters(fields))
     return _insert_sql[key]
 
 
@@ -422,11 +423,11 @@ def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
     """INSERT one row and return its id: the SQL is written once per model and set of columns.
 
     peewee writes an INSERT afresh each time, and on the create path that costs more than the
-    database's own work; the values still go through each field's db_value, as with peewee.
+    database's own work; the values still become what each field's db_value gives, as with peewee.
     """
     postgres = is_postgres()
-    sql, fields = _insert_statement(model, tuple(values), returning_id=postgres)
-    cursor = database.execute_sql(sql, [_parameter(field, values[field.name]) for field in fields])
+    sql, converts = _insert_statement(model, tuple(values), returning_id=postgres)
+    cursor = database.execute_sql(sql, [convert(value) for convert, value in zip(converts, values.values())])
     return cursor.fetchone()[0] if postgres else cursor.lastrowid
 
 
@@ -445,15 +446,18 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
     """INSERT rows of any tables, in their order, and return the first one's id; a value
     FIRST_ROW_ID in a later row stands for that id. On PostgreSQL it is one statement: the first
     row, then each run of rows of the same model and columns (one multi-row INSERT, ids in
-    order), each a data-modifying WITH query (each runs exactly once), selecting the first id.
-    SQLite runs in-process: there the first row is inserted alone (for its id), then each run as
-    one multi-row INSERT. The SQL is written once per shape of the rows."""
+    order), each a data-modifying WITH query (each runs exactly once), selecting the first id,
+    with PostgreSQL's own placeholders ($1, $2, ...) run through psycopg's RawCursor: psycopg
+    parses a query written with %s for its placeholders on every run once it has more than 50
+    parameters (its cache of parsed queries stops there), and a create's has 57. SQLite runs
+    in-process: there the first row is inserted alone (for its id), then each run as one
+    multi-row INSERT. The SQL is written once per shape of the rows."""
     if not is_postgres():
         first_id = insert_row(*rows[0])
         for model, names, run in _runs(rows[1:]):
             values = [first_id if value is FIRST_ROW_ID else value for row in run for value in row.values()]
-            sql, fields = _insert_statement(model, names, len(run))
-            database.execute_sql(sql, [_parameter(field, value) for field, value in zip(itertools.cycle(fields), values)])
+            sql, converts = _insert_statement(model, names, len(run))
+            database.execute_sql(sql, [convert(value) for convert, value in zip(itertools.cycle(converts), values)])
         return first_id
     runs = [(rows[0][0], tuple(rows[0][1]), 1)] + [(model, names, len(run)) for model, names, run in _runs(rows[1:])]
     params = [value for _, values in rows for value in values.values()]
@@ -471,17 +475,21 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
                     if next(positions) in first_id_at:
                         slots.append('(SELECT "id" FROM "run0")')
                     else:
-                        slots.append(database.param)
                         fields.append(field)
+                        slots.append(f"${len(fields)}")
                 tuples.append(slots)
             queries.append(_insert_text(model, columns, tuples))
         queries[0] += ' RETURNING "id"'
         with_queries = ", ".join(f'"run{i}" AS ({query})' for i, query in enumerate(queries))
-        _insert_rows_sql[key] = (f'WITH {with_queries} SELECT "id" FROM "run0"', fields)
-    sql, fields = _insert_rows_sql[key]
+        _insert_rows_sql[key] = (f'WITH {with_queries} SELECT "id" FROM "run0"', _to_parameters(fields))
+    sql, converts = _insert_rows_sql[key]
     values = [value for value in params if value is not FIRST_ROW_ID]
-    cursor = database.execute_sql(sql, [_parameter(field, value) for field, value in zip(fields, values, strict=True)])
-    return cursor.fetchone()[0]
+    from psycopg import RawCursor   # psycopg is only there with the postgres extra
+
+    with pw.__exception_wrapper__:   # psycopg's errors as peewee's (IntegrityError), as execute_sql
+        cursor = RawCursor(database.connection())
+        cursor.execute(sql, [convert(value) for convert, value in zip(converts, values, strict=True)])
+        return cursor.fetchone()[0]
 
 
 def _runs(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> list[tuple[type[pw.Model], tuple[str, ...], list[dict]]]:
@@ -491,11 +499,32 @@ def _runs(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> list[tuple[type[
             for (model, names), run in itertools.groupby(rows, key=lambda row: (row[0], tuple(row[1])))]
 
 
-def _parameter(field: pw.Field, value: Any) -> Any:
-    # A JSONField's db_value is an SQL expression (json(?) on SQLite); its text is the parameter.
+def _to_parameters(fields: list[pw.Field]) -> list[Convert]:
+    """Per field, what turns a value into the parameter the driver is given: what field.db_value
+    gives (and on SQLite what sqlite3's adapter makes of a datetime), with a shortcut for a value
+    already of the column's plain type (an int id, a str): db_value's calls for each of a
+    create's 48 parameters cost more than the shortcut's check."""
+    sqlite = not is_postgres()
+    return [_to_parameter(field, sqlite) for field in fields]
+
+
+def _to_parameter(field: pw.Field, sqlite: bool) -> Convert:
+    db_value = field.db_value
     if isinstance(field, pw.JSONField):
-        return None if value is None else field._dumps(value)
-    return field.db_value(value)
+        # Its db_value is an SQL expression (json(?) on SQLite); its text is the parameter.
+        dumps = field._dumps
+        return lambda value: None if value is None else dumps(value)
+    if sqlite and isinstance(field, pw.DateTimeField):
+        # sqlite3's default adapter for datetime (Python 3.11) is isoformat(" ").
+        return lambda value: value.isoformat(" ") if value.__class__ is datetime else db_value(value)
+    if isinstance(field, pw.IntegerField) or (isinstance(field, pw.ForeignKeyField)
+                                              and isinstance(field.rel_field, pw.IntegerField)):
+        plain: type | None = int
+    elif isinstance(field, (pw.CharField, pw.TextField)):
+        plain = str
+    else:
+        return db_value
+    return lambda value: value if value is None or value.__class__ is plain else db_value(value)
 
 
 def _as_is(value: Any) -> Any:

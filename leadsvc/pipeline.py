@@ -290,7 +290,9 @@ def _creation_history(lead: Lead, assignment: routing.Assignment,
     workspace_id, lead_id = lead.workspace_id, FIRST_ROW_ID
 
     def row(model: type[pw.Model], values: dict[str, Any]) -> tuple[type[pw.Model], dict[str, Any]]:
-        return model, {**model._meta.get_default_dict(), **values}
+        # The defaults of the columns not given (get_default_dict would also call those given).
+        return model, {**values, **{field.name: default() if callable(default) else default
+                                    for field, default in model._meta.defaults.items() if field.name not in values}}
 
     return [
         row(Transition, {"workspace": workspace_id, "lead": lead_id, "from_status": None, "to_status": lead.status_id,
