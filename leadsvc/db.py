@@ -68,7 +68,7 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
         return _QueuedSqlite(
             str(path), lock_type="IMMEDIATE", check_same_thread=False, busy_timeout_ms=busy_timeout_ms,
             pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
-                     "synchronous": "normal", "cache_size": -8000},
+                     "synchronous": "normal", "cache_size": -8000, "temp_store": "memory"},
         )
     return _PooledPostgres(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
@@ -132,11 +132,14 @@ class _QueuedSqlite(pw.SqliteDatabase):
     statement while the others parsed and authenticated (creates at 8 connections, served:
     30 -> 22 context switches and about 10% less CPU per create).
 
-    The WAL is checkpointed by a thread of its own (_Checkpointer), asked after a commit, not
-    inside the commit (SQLite's wal_autocheckpoint, turned off here): a checkpoint copies pages
-    back into the database file and syncs it, and on a slow disk every writer would wait for that
-    sync. `leadsvc serve` runs its writes on one thread (serving.WritesInOrder), which would
-    otherwise stop for every checkpoint (served creates: about 10% more of them without).
+    The WAL is checkpointed after a commit has let the next writer in, not inside the commit
+    (SQLite's wal_autocheckpoint, turned off here): a checkpoint copies pages back into the
+    database file and syncs it, and on a slow disk every writer would wait for that sync. Under
+    `leadsvc serve` the next write is queued for the same thread (serving.WritesInOrder), so it
+    starts once the checkpoint is done. Not on a thread of its own: a checkpoint that runs beside
+    the writes never finds the WAL wholly copied when a write begins, so SQLite never starts the
+    WAL over, and every page read searches a WAL that grows without end (in-process creates:
+    446 MB of WAL after 4,000, and a fifth more CPU each).
     """
 
     CHECKPOINT_SECONDS = 1.0   # at most this long between checkpoints while writes go on
@@ -150,7 +153,6 @@ class _QueuedSqlite(pw.SqliteDatabase):
         self._holder = threading.local()
         self._wait_seconds = busy_timeout_ms / 1000
         self._commits, self._checkpointed_at = 0, time.monotonic()
-        self._checkpointer: _Checkpointer | None = None
 
     def begin(self, lock_type: str | None = None) -> None:
         if not getattr(self._holder, "holds", False):
@@ -179,9 +181,10 @@ class _QueuedSqlite(pw.SqliteDatabase):
         if (self._commits >= self.CHECKPOINT_COMMITS
                 or time.monotonic() - self._checkpointed_at >= self.CHECKPOINT_SECONDS):
             self._commits, self._checkpointed_at = 0, time.monotonic()
-            checkpointer = self._checkpointer
-            if checkpointer is not None:   # None only once close_all has run
-                checkpointer.request()
+            try:   # PASSIVE: copies what no reader still needs, and never waits for a lock
+                self.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except (sqlite3.Error, pw.PeeweeException) as exc:   # the commit stands: its request must not fail now
+                log.warning("WAL checkpoint failed (the next commit tries again): %s", exc)
 
     def rollback(self) -> None:
         if not getattr(self._holder, "holds", False):
@@ -243,8 +246,6 @@ class _QueuedSqlite(pw.SqliteDatabase):
         if self._writer_conn is None:
             with pw.__exception_wrapper__:   # sqlite3's errors as peewee's, as for any connection
                 self._writer_conn = self._connect()
-            if self._checkpointer is None:
-                self._checkpointer = _Checkpointer(self._connect)
         return self._writer_conn
 
     def _discard_write(self) -> None:
@@ -265,62 +266,16 @@ class _QueuedSqlite(pw.SqliteDatabase):
 
     def close_all(self) -> None:
         """Close the shared writer connection (each thread closes its own with close()); left
-        open if a write still holds it after busy_timeout_ms. The checkpoint thread stops."""
+        open if a write still holds it after busy_timeout_ms."""
         if not self._writer.acquire(timeout=self._wait_seconds):
             log.warning("the SQLite writer connection is still in use; it was left open")
             return
         try:
-            if self._checkpointer is not None:
-                self._checkpointer.stop(self._wait_seconds)
-                self._checkpointer = None
             if self._writer_conn is not None:
                 self._writer_conn.close()
                 self._writer_conn = None
         finally:
             self._writer.release()
-
-
-class _Checkpointer:
-    """A thread that checkpoints a SQLite database's WAL when asked, on a connection of its own,
-    so that no request waits for the copy and the sync. PASSIVE copies what no reader still needs
-    and never waits for a lock; asks that come while it runs make one more checkpoint."""
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection]):
-        self._connect = connect
-        self._asked = threading.Event()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="leadsvc-checkpoint", daemon=True)
-        self._thread.start()
-
-    def request(self) -> None:
-        self._asked.set()
-
-    def stop(self, timeout: float) -> None:
-        self._stopping = True
-        self._asked.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
-        while True:
-            self._asked.wait()
-            self._asked.clear()
-            if self._stopping:
-                break
-            try:
-                conn = conn or self._connect()
-                self.checkpoint(conn)
-            except (sqlite3.Error, pw.PeeweeException) as exc:   # the commits stand; the next ask tries again
-                log.warning("WAL checkpoint failed (the next commit tries again): %s", exc)
-                if conn is not None:
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
-
-    @staticmethod
-    def checkpoint(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 @functools.cache
