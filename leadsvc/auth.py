@@ -13,8 +13,8 @@ from datetime import timedelta
 from typing import Callable, Iterable
 
 import peewee as pw
-from flask import g, request
 
+from .current import current_request, request_globals
 from .db import Prepared
 from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
@@ -93,7 +93,7 @@ def revoke_token(public_id: str) -> Token:
 
 def bearer_secret() -> str | None:
     """The token in the Authorization header, or None when there is no bearer header at all."""
-    header = request.headers.get("Authorization", "")
+    header = current_request().environ.get("HTTP_AUTHORIZATION", "")
     scheme, _, secret = header.partition(" ")
     return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
 
@@ -103,15 +103,16 @@ _NOT_LOOKED_UP = object()
 
 def authenticate() -> Caller:
     """The request's caller, looked up once per request; Unauthenticated when there is none."""
-    found = g.get("caller", _NOT_LOOKED_UP)   # one look at g: a request asks six times
+    state = request_globals()
+    found = state.get("caller", _NOT_LOOKED_UP)   # one look at g: a request asks five times
     if found is None:
-        raise Unauthenticated(g.auth_failure)
+        raise Unauthenticated(state.auth_failure)
     if found is not _NOT_LOOKED_UP:
         return found
     try:
-        g.caller = found = _lookup_caller()
+        state.caller = found = _lookup_caller()
     except Unauthenticated as exc:
-        g.caller, g.auth_failure = None, exc.detail
+        state.caller, state.auth_failure = None, exc.detail
         raise
     return found
 
@@ -131,8 +132,7 @@ _token_by_hash = Prepared(lambda digest: Token.select(Token, Member, Workspace)
 
 
 def _lookup_caller() -> Caller:
-    header = request.headers.get("Authorization")
-    if not header:
+    if not current_request().environ.get("HTTP_AUTHORIZATION"):
         raise Unauthenticated("Send Authorization: Bearer <token>.")
     secret = bearer_secret()
     if secret is None or not TOKEN_PATTERN.match(secret):

@@ -20,9 +20,11 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
-from flask import Flask, request
+from flask import Flask
 from playhouse.migrations import Migration, Runner
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+
+from .current import current_request
 
 log = logging.getLogger("leadsvc")
 
@@ -142,8 +144,8 @@ class _QueuedSqlite(pw.SqliteDatabase):
     446 MB of WAL after 4,000, and a fifth more CPU each).
     """
 
-    CHECKPOINT_SECONDS = 1.0   # at most this long between checkpoints while writes go on
-    CHECKPOINT_COMMITS = 100   # or after this many commits of the process, whichever comes first
+    CHECKPOINT_SECONDS = 10.0   # at most this long between checkpoints while writes go on
+    CHECKPOINT_COMMITS = 1000   # or after this many commits of the process, whichever comes first
 
     def __init__(self, *args: Any, busy_timeout_ms: int, **kwargs: Any):
         kwargs["pragmas"] = {**kwargs.get("pragmas", {}), "wal_autocheckpoint": 0}
@@ -304,7 +306,7 @@ def init_app(app: Flask) -> None:
     # the database.
     @app.before_request
     def queue_write_request() -> None:
-        if request.method not in READ_METHODS and isinstance(database.obj, _QueuedSqlite):
+        if current_request().method not in READ_METHODS and isinstance(database.obj, _QueuedSqlite):
             database.obj.hold_writer()
 
     @app.teardown_request

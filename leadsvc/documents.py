@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from flask import Response, g
+from flask import Response
 
+from .current import request_globals
 from .db import database
 from .models import CustomField, Form, Member, Rule, Source, Status, Team, Token, Workspace
 from .schemas import rfc3339
@@ -98,9 +99,11 @@ def request_refs() -> Refs:
     from .auth import caller
     from .config import settings
 
-    if "refs" not in g:
-        g.refs = cached_refs(caller().workspace, settings())
-    return g.refs
+    state = request_globals()
+    refs = state.get("refs")
+    if refs is None:
+        refs = state.refs = cached_refs(caller().workspace, settings())
+    return refs
 
 
 # One encoder for every response: json.dumps with options builds a new one per call.

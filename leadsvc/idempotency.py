@@ -34,12 +34,14 @@ from apispec import BasePlugin
 from flask import Flask, Response, g, request
 
 from .auth import current_caller
+from .current import current_request
 from .db import database, is_postgres, sqlstate
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
 from .problems import Conflict, ValidationFailed
 
 HEADER = "Idempotency-Key"
+_HEADER_KEY = "HTTP_IDEMPOTENCY_KEY"   # the header in the WSGI environ
 REPLAYED_HEADER = "Idempotent-Replayed"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
 KEEP = timedelta(hours=24)
@@ -84,7 +86,8 @@ def init_app(app: Flask) -> None:
 
 def reserve() -> Response | None:
     """Replay a recorded response, or reserve the key and let the request run in its transaction."""
-    if request.method != "POST" or HEADER not in request.headers or request.routing_exception is not None:
+    req = current_request()
+    if req.method != "POST" or _HEADER_KEY not in req.environ or req.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
     if current_caller() is None and request.blueprint != "forms":
         return None   # no valid token where one is needed: the view answers 401, never recorded

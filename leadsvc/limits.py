@@ -21,6 +21,7 @@ from limits.storage import MemoryStorage
 from werkzeug.exceptions import RequestHeaderFieldsTooLarge
 
 from .auth import current_caller
+from .current import current_request
 from .config import settings
 
 log = logging.getLogger("leadsvc")
@@ -103,8 +104,9 @@ class ServiceLimiter(Limiter):
         return super().context if contexts is None else contexts[self]
 
     def _check_request_limit(self, callable_name: str | None = None, in_middleware: bool = True) -> None:
-        blueprint = request.blueprint
-        if blueprint in self.exempt_blueprints or request.endpoint is None:
+        req = current_request()
+        blueprint = req.blueprint
+        if blueprint in self.exempt_blueprints or req.endpoint is None:
             return   # as flask-limiter: probes and docs, and unknown routes, are never counted
         # The caller is looked up here, before flask-limiter's check: flask-limiter takes any error
         # raised while it computes a key for a storage failure (and swallows it), and a database
@@ -181,7 +183,7 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
         # Counted from the WSGI environ, where each header is HTTP_<NAME> (or CONTENT_TYPE and
         # CONTENT_LENGTH) with a name of the same length: request.headers spells each name anew.
         size = sum(len(key) - (5 if key[:5] == "HTTP_" else 0) + len(value) + 4
-                   for key, value in request.environ.items()
+                   for key, value in current_request().environ.items()
                    if key[:5] == "HTTP_" or key in _BODY_HEADER_KEYS)
         if size > MAX_HEADER_BYTES:
             raise RequestHeaderFieldsTooLarge(f"Request headers may take at most {MAX_HEADER_BYTES} bytes.")

@@ -13,9 +13,10 @@ import time
 from bisect import bisect_left
 from ipaddress import ip_address
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, request
 
 from .config import networks
+from .current import current_request, request_globals
 from .observability import request_route
 from .problems import NotFound
 
@@ -98,9 +99,10 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def count_request(response: Response) -> Response:
-        started = g.get("request_started")
+        started = request_globals().get("request_started")
         if started is not None:
-            metrics.observe(request.method, request_route(), response.status_code, time.perf_counter() - started)
+            metrics.observe(current_request().method, request_route(), response.status_code,
+                            time.perf_counter() - started)
         return response
 
     app.register_blueprint(blp)

@@ -18,7 +18,10 @@ from typing import Any, Mapping
 
 from flask import Flask, Response, g, has_request_context, request
 
+from .current import current_request, request_globals
+
 REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID_KEY = "HTTP_X_REQUEST_ID"   # the header in the WSGI environ
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 
 log = logging.getLogger("leadsvc")
@@ -31,13 +34,14 @@ _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None
 def init_app(app: Flask) -> None:
     @app.before_request
     def assign_request_id() -> None:
-        g.request_started = time.perf_counter()
-        sent = request.headers.get(REQUEST_ID_HEADER, "")
-        g.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_request_id()
+        state = request_globals()
+        state.request_started = time.perf_counter()
+        sent = current_request().environ.get(_REQUEST_ID_KEY, "")
+        state.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_request_id()
 
     @app.after_request
     def echo_request_id(response: Response) -> Response:
-        response.headers[REQUEST_ID_HEADER] = g.get("request_id") or new_request_id()
+        response.headers[REQUEST_ID_HEADER] = request_globals().get("request_id") or new_request_id()
         return response
 
     if app.config["LEADSVC"]["logging"]["access_log"]:
@@ -52,7 +56,7 @@ def new_request_id() -> str:
 
 def request_route() -> str:
     """The route template of the current request (`/api/v1/leads/<public_id>`), never its values."""
-    rule = request.url_rule
+    rule = current_request().url_rule
     return rule.rule if rule is not None else "(unmatched)"
 
 
