@@ -36,7 +36,10 @@ NEVER = datetime(1970, 1, 1)
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
+    """The time in UTC, naive, as every column holds it. Built from its fields: replace(tzinfo=None)
+    takes twice as long, and a create reads the clock about ten times."""
+    now = datetime.now(UTC)
+    return datetime(now.year, now.month, now.day, now.hour, now.minute, now.second, now.microsecond)
 
 
 _RANDOM_SPACE = len(BASE62) ** ID_RANDOM_DIGITS
