@@ -151,6 +151,10 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         if self._take_begin() is None:
             super().rollback()
 
+    def close(self) -> bool:
+        self._take_begin()   # a BEGIN noted but never sent must not reach the next statement
+        return super().close()
+
     def _initialize_connection(self, conn: Any) -> None:
         super()._initialize_connection(conn)
         if not getattr(conn, "_leadsvc_loaders", False):   # once per connection, not per checkout
@@ -530,7 +534,7 @@ def _to_parameter(field: pw.Field, sqlite: bool) -> Convert:
         return lambda value: value.isoformat(" ") if value.__class__ is datetime else db_value(value)
     if isinstance(field, pw.IntegerField) or (isinstance(field, pw.ForeignKeyField)
                                               and isinstance(field.rel_field, pw.IntegerField)):
-        plain: type | None = int
+        plain: type = int
     elif isinstance(field, (pw.CharField, pw.TextField)):
         plain = str
     else:

@@ -22,10 +22,11 @@ class FakeChannel:
     def __init__(self, method: str, log: list, gate: threading.Event | None = None):
         self.requests = [SimpleNamespace(command=method)]
         self.log, self.gate = log, gate
-        self.done = threading.Event()
+        self.started, self.done = threading.Event(), threading.Event()
         self.cancelled = False
 
     def service(self) -> None:
+        self.started.set()
         if self.gate is not None:
             assert self.gate.wait(10)
         self.log.append((self.requests[0].command, threading.current_thread().name))
@@ -79,6 +80,7 @@ def test_shutdown_lets_the_write_in_progress_finish_and_cancels_the_queued_ones(
     running, queued = FakeChannel("POST", log, gate), FakeChannel("POST", log)
     dispatcher.add_task(running)
     dispatcher.add_task(queued)
+    assert running.started.wait(10)
     threading.Timer(0.2, gate.set).start()
     dispatcher.shutdown(timeout=10)
     assert running.done.is_set() and not running.cancelled
