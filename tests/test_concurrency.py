@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import bulk_leads, http, lead_body, standard_setup
-from leadsvc.db import database, make_database, migrate
+from served import wait_until
+from leadsvc.db import _QueuedSqlite, database, make_database, migrate
 from leadsvc.models import Lead, Workspace
 from leadsvc.provision import apply_setup, parse_setup
 from test_routing import owner_email, with_rules
@@ -107,57 +108,87 @@ def test_a_write_that_fails_halfway_lets_the_next_writer_in(app, ws):
     assert Workspace.get(Workspace.public_id == ws.public_id).name == "renamed"
 
 
-@pytest.mark.only_on("sqlite")
-def test_sqlite_checkpoints_after_the_commit_that_lets_the_next_writer_in(make_app, backend, tmp_path, monkeypatch):
-    # wal_autocheckpoint is off; the committing thread checkpoints once it has released the lock.
-    url = f"sqlite:///{tmp_path}/checkpoints.sqlite3"
+class CheckpointFails:
+    """A cursor (or connection) whose WAL checkpoints fail as on a disk error."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def execute(self, sql, *args):
+        if sql.startswith("PRAGMA wal_checkpoint"):
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.inner.execute(sql, *args)
+
+    def cursor(self, *args):
+        return CheckpointFails(self.inner.cursor(*args))
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _checkpointed_database(make_app, tmp_path, monkeypatch, name: str):
+    """A migrated SQLite database whose WAL is checkpointed only when the test says so, and a
+    check whether a workspace of a given name is in the main file alone, without the WAL."""
+    url = f"sqlite:///{tmp_path}/{name}.sqlite3"
+    monkeypatch.setattr(_QueuedSqlite, "CHECKPOINT_SECONDS", 10**9)
+    monkeypatch.setattr(_QueuedSqlite, "CHECKPOINT_COMMITS", 10**9)
     migrate(make_database(url))
     make_app(database={"url": url})
-    queued = type(database.obj)
 
-    def in_database_file(name: str) -> bool:   # the main file alone, without the WAL
-        with sqlite3.connect(f"file:{tmp_path}/checkpoints.sqlite3?immutable=1", uri=True) as reader:
-            return reader.execute("SELECT 1 FROM workspace WHERE name = ?", (name,)).fetchone() is not None
+    def in_database_file(workspace: str) -> bool:
+        with sqlite3.connect(f"file:{tmp_path}/{name}.sqlite3?immutable=1", uri=True) as reader:
+            if not reader.execute("SELECT 1 FROM sqlite_master WHERE name = 'workspace'").fetchone():
+                return False   # not even the schema yet
+            return reader.execute("SELECT 1 FROM workspace WHERE name = ?", (workspace,)).fetchone() is not None
 
-    monkeypatch.setattr(queued, "CHECKPOINT_SECONDS", 10**9)
-    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
-    apply_setup(parse_setup(standard_setup("First")))
-    assert in_database_file("First")
+    return in_database_file
 
-    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 10**9)
+
+def _aside_done() -> bool:
+    aside = database.obj._aside
+    return aside is None or not aside.is_alive()
+
+
+@pytest.mark.only_on("sqlite")
+def test_sqlite_checkpoints_aside_then_finishes_on_the_next_commit(make_app, backend, tmp_path, monkeypatch):
+    # wal_autocheckpoint is off. A due checkpoint copies the WAL on a thread of its own; the next
+    # commit after it copies the rest on the committing thread, so the WAL is wholly copied.
+    in_database_file = _checkpointed_database(make_app, tmp_path, monkeypatch, "checkpoints")
     apply_setup(parse_setup(standard_setup("Only in the WAL")))
     assert not in_database_file("Only in the WAL")
 
-    monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
-    apply_setup(parse_setup(standard_setup("Checkpointed")))
-    assert in_database_file("Only in the WAL") and in_database_file("Checkpointed")
+    ran_on = []
+    checkpoint = _QueuedSqlite._checkpoint
+    monkeypatch.setattr(_QueuedSqlite, "_checkpoint",
+                        staticmethod(lambda cursor: ran_on.append(threading.current_thread().name) or checkpoint(cursor)))
+    monkeypatch.setattr(_QueuedSqlite, "CHECKPOINT_COMMITS", 1)
+    with database.atomic():
+        Workspace.update(name="Copied aside").where(Workspace.name == "Only in the WAL").execute()
+    wait_until(_aside_done, 30, "the checkpoint aside finished")
+    assert ran_on == ["leadsvc-checkpoint"]
+    assert in_database_file("Copied aside")
+
+    with database.atomic():
+        Workspace.update(name="Copied by the next commit").where(Workspace.name == "Copied aside").execute()
+    assert ran_on == ["leadsvc-checkpoint", threading.current_thread().name]
+    assert in_database_file("Copied by the next commit")
     database.close()
 
 
 @pytest.mark.only_on("sqlite")
 def test_a_failed_checkpoint_leaves_the_commit_before_it_standing(make_app, backend, tmp_path, monkeypatch, caplog):
-    url = f"sqlite:///{tmp_path}/failing-checkpoint.sqlite3"
-    migrate(make_database(url))
-    make_app(database={"url": url})
-    queued, open_cursor = type(database.obj), type(database.obj).cursor
-
-    class CheckpointFails:
-        def __init__(self, cursor):
-            self.cursor = cursor
-
-        def execute(self, sql, *args):
-            if sql.startswith("PRAGMA wal_checkpoint"):
-                raise sqlite3.OperationalError("disk I/O error")
-            return self.cursor.execute(sql, *args)
-
-        def __getattr__(self, name):
-            return getattr(self.cursor, name)
-
+    _checkpointed_database(make_app, tmp_path, monkeypatch, "failing-checkpoint")
+    queued = type(database.obj)
+    open_cursor, connect = queued.cursor, queued._connect
     monkeypatch.setattr(queued, "cursor", lambda self, *args, **kwargs: CheckpointFails(open_cursor(self, *args, **kwargs)))
+    monkeypatch.setattr(queued, "_connect", lambda self: CheckpointFails(connect(self)))
     monkeypatch.setattr(queued, "CHECKPOINT_COMMITS", 1)
-    apply_setup(parse_setup(standard_setup("Kept")))
-    assert Workspace.get(Workspace.name == "Kept")
-    assert "WAL checkpoint failed" in caplog.text
+    with caplog.at_level("WARNING", logger="leadsvc"):
+        apply_setup(parse_setup(standard_setup("Kept")))   # starts a checkpoint aside, which fails
+        wait_until(_aside_done, 30, "the checkpoint aside finished")
+        apply_setup(parse_setup(standard_setup("Kept too")))   # the inline step fails too
+    assert Workspace.get(Workspace.name == "Kept") and Workspace.get(Workspace.name == "Kept too")
+    assert caplog.text.count("WAL checkpoint failed") >= 2
     database.close()
 
 
