@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 import peewee as pw
 
-from .current import current_request, request_globals
+from .current import current_request, environ_key, request_globals
 from .db import Prepared
 from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
@@ -27,6 +27,7 @@ AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
 
 TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
+_AUTHORIZATION = environ_key("Authorization")
 _LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
 LEAD_ID = public_id_pattern("ld_")
 
@@ -91,9 +92,8 @@ def revoke_token(public_id: str) -> Token:
     return token
 
 
-def bearer_secret() -> str | None:
-    """The token in the Authorization header, or None when there is no bearer header at all."""
-    header = current_request().environ.get("HTTP_AUTHORIZATION", "")
+def bearer_secret(header: str) -> str | None:
+    """The token in an Authorization header, or None when it is not a bearer header at all."""
     scheme, _, secret = header.partition(" ")
     return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
 
@@ -132,9 +132,10 @@ _token_by_hash = Prepared(lambda digest: Token.select(Token, Member, Workspace)
 
 
 def _lookup_caller() -> Caller:
-    if not current_request().environ.get("HTTP_AUTHORIZATION"):
+    header = current_request().environ.get(_AUTHORIZATION)
+    if not header:
         raise Unauthenticated("Send Authorization: Bearer <token>.")
-    secret = bearer_secret()
+    secret = bearer_secret(header)
     if secret is None or not TOKEN_PATTERN.match(secret):
         raise Unauthenticated("The Authorization header must be 'Bearer lsk_...'.")
     digest = hash_token(secret)

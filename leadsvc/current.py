@@ -17,6 +17,11 @@ def current_request() -> Request:
     return request._get_current_object()
 
 
+def environ_key(header: str) -> str:
+    """Where WSGI keeps a request header: `X-Request-ID` as HTTP_X_REQUEST_ID."""
+    return "HTTP_" + header.upper().replace("-", "_")
+
+
 def request_globals() -> Any:
     """flask.g of the current app context (the request's)."""
     return g._get_current_object()

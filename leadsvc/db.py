@@ -117,19 +117,21 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         return statement
 
     def cursor(self, named_cursor: Any = None) -> Any:
-        statement = self._take_begin()
-        cursor = super().cursor(named_cursor)
-        if statement is not None:
-            with pw.__exception_wrapper__:
-                cursor.execute(statement)
-        return cursor
+        return self._begun(super().cursor(named_cursor))
 
     def raw_cursor(self) -> Any:
         """A psycopg RawCursor ($1, $2 placeholders) on this thread's connection, in its transaction."""
         from psycopg import RawCursor   # psycopg is only there with the postgres extra
 
-        self.cursor()   # connects, and sends a pending BEGIN
-        return RawCursor(self._state.conn)
+        return self._begun(RawCursor(self.connection()))
+
+    def _begun(self, cursor: Any) -> Any:
+        """The cursor, once it has sent the transaction's BEGIN if that is still to go."""
+        statement = self._take_begin()
+        if statement is not None:
+            with pw.__exception_wrapper__:
+                cursor.execute(statement)
+        return cursor
 
     def _execute_cursor(self, sql: str, params: Any, **cursor_options: Any) -> Any:
         statement = self._take_begin()

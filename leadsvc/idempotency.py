@@ -34,14 +34,14 @@ from apispec import BasePlugin
 from flask import Flask, Response, g, request
 
 from .auth import current_caller
-from .current import current_request
+from .current import current_request, environ_key
 from .db import database, is_postgres, sqlstate
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
 from .problems import Conflict, ValidationFailed
 
 HEADER = "Idempotency-Key"
-_HEADER_KEY = "HTTP_IDEMPOTENCY_KEY"   # the header in the WSGI environ
+_HEADER_KEY = environ_key(HEADER)
 REPLAYED_HEADER = "Idempotent-Replayed"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
 KEEP = timedelta(hours=24)
@@ -89,7 +89,7 @@ def reserve() -> Response | None:
     req = current_request()
     if req.method != "POST" or _HEADER_KEY not in req.environ or req.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
-    if current_caller() is None and request.blueprint != "forms":
+    if current_caller() is None and req.blueprint != "forms":
         return None   # no valid token where one is needed: the view answers 401, never recorded
     key = request.headers[HEADER]
     if not KEY_PATTERN.fullmatch(key):

@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 from flask import Flask, Response, g, has_request_context, request
 
-from .current import current_request, request_globals
+from .current import current_request, environ_key, request_globals
 
 REQUEST_ID_HEADER = "X-Request-ID"
-_REQUEST_ID_KEY = "HTTP_X_REQUEST_ID"   # the header in the WSGI environ
+_REQUEST_ID_KEY = environ_key(REQUEST_ID_HEADER)
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 
 log = logging.getLogger("leadsvc")

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -118,3 +119,11 @@ def stop(process: subprocess.Popen) -> int:
             process.kill()
             process.wait()
     return process.returncode
+
+
+def leadsvc(env: dict[str, str], cwd: Any, *args: str) -> str:
+    """Run a `leadsvc` command in a child process; its output, or fail with its errors."""
+    result = subprocess.run([sys.executable, "-m", "leadsvc.cli", *args], env=env, cwd=cwd, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from conftest import create_postgres_database, drop_postgres_database
-from processes import SETUP_TOML, call, clean_env, free_port, stop, wait_until_serving
+from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
 
 PER_TOKEN = 5   # requests per minute per token, across both processes
 
@@ -42,13 +42,6 @@ def two_processes(postgres_server, redis_url, tmp_path):
         for log in logs:
             log.close()
         drop_postgres_database(url)
-
-
-def leadsvc(env, cwd, *args):
-    result = subprocess.run([sys.executable, "-m", "leadsvc.cli", *args], env=env, cwd=cwd, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def new_token(ids, env_cwd):

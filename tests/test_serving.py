@@ -13,7 +13,7 @@ import pytest
 from waitress.task import ThreadedTaskDispatcher
 
 from leadsvc import serving
-from processes import SETUP_TOML, call, clean_env, free_port, stop, wait_until_serving
+from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
 
 
 class FakeChannel:
@@ -104,15 +104,9 @@ def test_leadsvc_serve_on_sqlite_answers_concurrent_creates_and_reads(tmp_path):
     env = clean_env(LEADSVC_DATABASE_URL=f"sqlite:///{tmp_path}/served.sqlite3", LEADSVC_SERVER_THREADS="2")
     (tmp_path / "setup.toml").write_text(SETUP_TOML)
 
-    def leadsvc(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "leadsvc.cli", *args], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    ids = json.loads(leadsvc("setup", "setup.toml", "--json"))
-    token = json.loads(leadsvc("tokens", "create", "--member", ids["members"]["admin@t.test"], "--abilities", "*",
-                               "--json"))["token"]
+    ids = json.loads(leadsvc(env, tmp_path, "setup", "setup.toml", "--json"))
+    token = json.loads(leadsvc(env, tmp_path, "tokens", "create", "--member", ids["members"]["admin@t.test"],
+                               "--abilities", "*", "--json"))["token"]
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with (tmp_path / "serve.log").open("w") as log:
