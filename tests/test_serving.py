@@ -1,7 +1,9 @@
-"""serving.WritesInOrder: on SQLite the writes of `leadsvc serve` go to one thread, in order."""
+"""serving: on SQLite the writes of `leadsvc serve` go to one thread, in order (WritesInOrder);
+a response goes out in one send once its request is done, unless it is large (SEND_BYTES)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -10,9 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
+from flask import Flask
+from waitress.channel import HTTPChannel
 from waitress.task import ThreadedTaskDispatcher
 
 from leadsvc import serving
+from served import InProcessServer
 from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
 
 
@@ -132,3 +137,28 @@ def test_leadsvc_serve_on_sqlite_answers_concurrent_creates_and_reads(tmp_path):
         assert status == 200 and len(page["data"]) == 40
     finally:
         assert stop(process) == 0, (tmp_path / "serve.log").read_text()
+
+
+def test_a_small_response_goes_out_in_one_send_and_a_large_one_whole(app, monkeypatch):
+    site = Flask("sends")
+    site.config.update(app.config)   # the [server] settings serving.listen reads
+    site.add_url_rule("/small", "small", lambda: "s" * 900)
+    site.add_url_rule("/large", "large", lambda: "l" * (3 * serving.SEND_BYTES))
+    sends: list[int] = []
+    send = HTTPChannel.send
+
+    def counted(channel, data, do_close=True):
+        sends.append(len(data))   # before sending: the client may read the response at once
+        return send(channel, data, do_close)
+
+    monkeypatch.setattr(HTTPChannel, "send", counted)
+    with InProcessServer(site, server=serving.listen(site, "127.0.0.1", 0)) as served:
+        connection = http.client.HTTPConnection("127.0.0.1", served.server.effective_port, timeout=10)
+        connection.request("GET", "/small")
+        small = connection.getresponse()
+        assert small.status == 200 and small.read() == b"s" * 900
+        assert len(sends) == 1 and sends[0] > 900   # headers and body together
+        connection.request("GET", "/large")
+        large = connection.getresponse()
+        assert large.status == 200 and large.read() == b"l" * (3 * serving.SEND_BYTES)
+        connection.close()
