@@ -69,10 +69,15 @@ def new_public_id(prefix: str) -> str:
     return prefix + _second_digits(int(time.time())) + _base62(_random_number(), ID_RANDOM_DIGITS)
 
 
+# Random bytes per id: 32 bits more than the digits hold (16 bytes for 62**16, about 2**95.3), so
+# the draw reduced modulo the space is uniform to within 2**-32; `randbelow` drew 96 bits and drew
+# again two times in five.
+_RANDOM_BYTES = (_RANDOM_SPACE.bit_length() + 32 + 7) // 8
+
+
 def _random_number() -> int:
-    """Uniform over the ID_RANDOM_DIGITS base-62 digits to within 1e-10: 128 random bits reduced
-    modulo 62**16 (about 2**95.3), where `randbelow` drew 96 bits and redrew two times in five."""
-    return int.from_bytes(token_bytes(16)) % _RANDOM_SPACE
+    """A uniform number below _RANDOM_SPACE (see _RANDOM_BYTES)."""
+    return int.from_bytes(token_bytes(_RANDOM_BYTES)) % _RANDOM_SPACE
 
 
 def public_id_pattern(prefix: str) -> re.Pattern[str]:

@@ -237,4 +237,6 @@ def test_public_ids_start_with_their_second_then_keep_16_random_digits(monkeypat
     assert all(pattern.fullmatch(i) and len(i) == len("act_") + 22 for i in [*same_second, next_second])
     assert len({i[:10] for i in same_second}) == 1, "the same second, the same first 6 digits"
     assert len({i[10:] for i in same_second}) == 200, "16 random digits after them"
+    leading = {models.new_public_id("act_")[10] for _ in range(2000)}
+    assert len(leading) > 55, "the first random digit takes (nearly) every base-62 value: enough random bits"
     assert max(same_second) < next_second, "a later second sorts after"
