@@ -91,7 +91,7 @@ def reserve() -> Response | None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
     if current_caller() is None and req.blueprint != "forms":
         return None   # no valid token where one is needed: the view answers 401, never recorded
-    key = request.headers[HEADER]
+    key = req.environ[_HEADER_KEY]
     if not KEY_PATTERN.fullmatch(key):
         raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")
     scope, digest = caller_key(), request_hash()
