@@ -98,12 +98,17 @@ class _PooledPostgres(PooledPostgresqlDatabase):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._begin = threading.local()   # .statement: the BEGIN not sent yet (see begin)
+        from psycopg import ClientCursor, RawCursor   # psycopg is only there with the postgres extra
+
+        self._client_cursor, self._raw_cursor = ClientCursor, RawCursor
 
     def begin(self, isolation_level: Any = None) -> None:
-        """BEGIN, sent with the transaction's first statement (_execute_cursor), in one round trip
-        through psycopg's pipeline mode rather than on its own: a create makes about six round
-        trips, each costing the served process CPU and context switches. Anything that takes a
-        cursor first (cursor, raw_cursor) sends it on its own; commit or rollback before any
+        """BEGIN, sent with the transaction's first statement rather than on its own: the two go
+        as `BEGIN; <statement>` in one message of PostgreSQL's simple query protocol, the
+        statement's parameters bound by psycopg's ClientCursor (_with_begin). A create makes four
+        or five round trips, and each costs the serving process CPU and context switches while it
+        waits for the answer and then for the GIL. Anything that takes a cursor first (cursor, a
+        raw kept statement) sends BEGIN on its own; commit or rollback before any
         statement sends nothing."""
         if self.is_closed():
             self.connect()   # now: connecting later would reset peewee's stack of transactions
@@ -119,35 +124,71 @@ class _PooledPostgres(PooledPostgresqlDatabase):
     def cursor(self, named_cursor: Any = None) -> Any:
         return self._begun(super().cursor(named_cursor))
 
-    def raw_cursor(self) -> Any:
-        """A psycopg RawCursor ($1, $2 placeholders) on this thread's connection, in its transaction."""
-        from psycopg import RawCursor   # psycopg is only there with the postgres extra
-
-        return self._begun(RawCursor(self.connection()))
-
     def _begun(self, cursor: Any) -> Any:
         """The cursor, once it has sent the transaction's BEGIN if that is still to go."""
         statement = self._take_begin()
         if statement is not None:
             with pw.__exception_wrapper__:
-                cursor.execute(statement)
+                self._state.conn.execute(statement)
         return cursor
 
     def _execute_cursor(self, sql: str, params: Any, **cursor_options: Any) -> Any:
         statement = self._take_begin()
         if statement is None:
             return super()._execute_cursor(sql, params, **cursor_options)
-        cursor = super().cursor()
         self._log_query(sql, params)
+        return self._with_begin(self._client_cursor(self.connection()), f"{statement}; {sql}", params)
+
+    @staticmethod
+    def _with_begin(cursor: Any, text: str, params: Any) -> Any:
+        """Run `BEGIN; <statement>` on a ClientCursor; the cursor, on the statement's result.
+
+        The simple query protocol takes no parameters, so the ClientCursor binds them (as
+        literals, quoted by libpq) and the server plans the statement anew. psycopg's pipeline
+        mode, which sent BEGIN beside a statement bound and prepared by the server, cost more
+        CPU in the serving process than the round trip it saved."""
         with pw.__exception_wrapper__:
-            with self._state.conn.pipeline():   # leaving it sends both and reads both results
-                self._state.conn.execute(statement)
-                cursor.execute(sql, params or ())
+            cursor.execute(text, params or ())
+            cursor.nextset()   # past BEGIN's result
+        return cursor
+
+    def execute_kept(self, sql: str, params: Any = (), *, raw: bool = False) -> Any:
+        """Run a statement built once and run on most requests (a Prepared query, a create's
+        INSERT, a rotation) on a cursor kept for it on this thread's connection, and return that
+        cursor: read its rows at once, since the statement's next run on this connection
+        replaces them. A cursor that runs the same query string again keeps psycopg's Transformer
+        (the columns' loaders, the parameters' dumpers), which a new cursor makes afresh for each
+        query: a quarter of such a statement's CPU. `raw`: the SQL has `$1, $2, ...` placeholders
+        (psycopg's RawCursor); BEGIN, if due, then goes on its own."""
+        conn = self.connection()
+        statement = None if raw else self._take_begin()
+        key = (sql, raw, statement)
+        kept = conn._leadsvc_kept.get(key)
+        if kept is None:
+            if raw:
+                kept = (self._raw_cursor(conn), sql)
+            elif statement is not None:
+                kept = (self._client_cursor(conn), f"{statement}; {sql}")
+            else:
+                kept = (conn.cursor(), sql)
+            conn._leadsvc_kept[key] = kept
+        cursor, text = kept
+        self._log_query(sql, params)
+        if statement is not None:
+            return self._with_begin(cursor, text, params)
+        if raw:
+            self._begun(cursor)
+        with pw.__exception_wrapper__:
+            cursor.execute(text, params)
         return cursor
 
     def commit(self) -> None:
-        if self._take_begin() is None:   # else nothing was sent: nothing to commit
-            super().commit()
+        if self._take_begin() is not None:   # nothing was sent: nothing to commit
+            return
+        if self.is_closed():
+            raise pw.InterfaceError("Cannot commit, database connection not open.")
+        with pw.__exception_wrapper__:
+            self._state.conn.commit()   # COMMIT without the cursor peewee makes for it
 
     def rollback(self) -> None:
         if self._take_begin() is None:
@@ -159,9 +200,9 @@ class _PooledPostgres(PooledPostgresqlDatabase):
 
     def _initialize_connection(self, conn: Any) -> None:
         super()._initialize_connection(conn)
-        if not getattr(conn, "_leadsvc_loaders", False):   # once per connection, not per checkout
+        if not hasattr(conn, "_leadsvc_kept"):   # once per connection, not per checkout
             conn.adapters.register_loader("jsonb", _jsonb_loader())
-            conn._leadsvc_loaders = True
+            conn._leadsvc_kept = {}   # execute_kept's cursors
 
     def _is_closed(self, conn: Any) -> bool:
         if (time.monotonic() - getattr(conn, "_leadsvc_returned_at", -math.inf) < self.PING_IDLE_SECONDS
@@ -221,6 +262,10 @@ class _QueuedSqlite(pw.SqliteDatabase):
         self._commits, self._checkpointed_at = 0, time.monotonic()
         self._aside: threading.Thread | None = None
         self._aside_lock = threading.Lock()
+
+    def execute_kept(self, sql: str, params: Any = ()) -> Any:
+        """execute_sql: sqlite3 keeps each connection's statements itself (_PooledPostgres.execute_kept)."""
+        return self.execute_sql(sql, params)
 
     def begin(self, lock_type: str | None = None) -> None:
         if not getattr(self._holder, "holds", False):
@@ -484,7 +529,7 @@ def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
     """
     postgres = is_postgres()
     sql, converts = _insert_statement(model, tuple(values), returning_id=postgres)
-    cursor = database.execute_sql(sql, [convert(value) for convert, value in zip(converts, values.values())])
+    cursor = database.execute_kept(sql, [convert(value) for convert, value in zip(converts, values.values())])
     return cursor.fetchone()[0] if postgres else cursor.lastrowid
 
 
@@ -504,7 +549,8 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
     FIRST_ROW_ID in a later row stands for that id. On PostgreSQL it is one statement: the first
     row, then each run of rows of the same model and columns (one multi-row INSERT, ids in
     order), each a data-modifying WITH query (each runs exactly once), selecting the first id,
-    with PostgreSQL's own placeholders ($1, $2, ...) run through psycopg's RawCursor: psycopg
+    with PostgreSQL's own placeholders ($1, $2, ...) run through psycopg's RawCursor (kept, see
+    _PooledPostgres.execute_kept): psycopg
     parses a query written with %s for its placeholders on every run once it has more than 50
     parameters (its cache of parsed queries stops there), and a create's has 57. SQLite runs
     in-process: there the first row is inserted alone (for its id), then each run as one
@@ -541,10 +587,8 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
         _insert_rows_sql[key] = (f'WITH {with_queries} SELECT "id" FROM "run0"', _to_parameters(fields))
     sql, converts = _insert_rows_sql[key]
     values = [value for value in params if value is not FIRST_ROW_ID]
-    cursor = database.obj.raw_cursor()
-    with pw.__exception_wrapper__:   # psycopg's errors as peewee's (IntegrityError), as execute_sql
-        cursor.execute(sql, [convert(value) for convert, value in zip(converts, values, strict=True)])
-        return cursor.fetchone()[0]
+    parameters = [convert(value) for convert, value in zip(converts, values, strict=True)]
+    return database.obj.execute_kept(sql, parameters, raw=True).fetchone()[0]
 
 
 def _runs(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> list[tuple[type[pw.Model], tuple[str, ...], list[dict]]]:
@@ -620,7 +664,7 @@ class Prepared:
             self.makers[key] = _instance_maker(query, sqlite=not is_postgres())
         query, sql, slots = self.compiled[key]
         bound = [own if i is None else values[i] for i, own in slots]
-        cursor = database.execute_sql(sql, bound)
+        cursor = database.execute_kept(sql, bound)
         make = self.makers[key]
         if make is not None:
             return [make(row) for row in cursor.fetchall()]

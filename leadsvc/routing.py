@@ -106,7 +106,7 @@ def _rotate(model: type[Rule] | type[Workspace], holder_id: int, agents: list[Me
             f'WHERE "column1" > COALESCE("{table}"."rotation_last_member_id", 0)), {p}) '
             f'WHERE "id" = {p} RETURNING "rotation_last_member_id"')
     ids = [agent.id for agent in agents]
-    rows = database.execute_sql(_rotate_sql[key], [*ids, ids[0], holder_id]).fetchall()
+    rows = database.execute_kept(_rotate_sql[key], [*ids, ids[0], holder_id]).fetchall()
     return next((agent for agent in agents if agent.id == rows[0][0]), None) if rows else None
 
 
