@@ -81,6 +81,7 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
 
 
 _TRANSACTION_IDLE = 0   # psycopg.pq.TransactionStatus.IDLE (psycopg is only there with the postgres extra)
+_ENDED: Any = object()   # in place of a transaction's BEGIN: its last statement ran on its own
 
 
 class _PooledPostgres(PooledPostgresqlDatabase):
@@ -117,9 +118,19 @@ class _PooledPostgres(PooledPostgresqlDatabase):
                                  if level else "BEGIN")
 
     def _take_begin(self) -> str | None:
+        """The BEGIN still to be sent, if any, for the caller to send with its statement."""
         statement = getattr(self._begin, "statement", None)
+        if statement is _ENDED:
+            raise pw.InterfaceError("The transaction ended with a statement run on its own as its last "
+                                    "(execute_kept(last=True)): nothing may follow it.")
         self._begin.statement = None
         return statement
+
+    def _end(self) -> bool:
+        """Forget the transaction's BEGIN; whether the transaction is open on the server."""
+        statement = getattr(self._begin, "statement", None)
+        self._begin.statement = None
+        return statement is None
 
     def cursor(self, named_cursor: Any = None) -> Any:
         return self._begun(super().cursor(named_cursor))
@@ -152,16 +163,29 @@ class _PooledPostgres(PooledPostgresqlDatabase):
             cursor.nextset()   # past BEGIN's result
         return cursor
 
-    def execute_kept(self, sql: str, params: Any = (), *, raw: bool = False) -> Any:
+    def execute_kept(self, sql: str, params: Any = (), *, raw: bool = False, plain_read: bool = False,
+                     last: bool = False) -> Any:
         """Run a statement built once and run on most requests (a Prepared query, a create's
         INSERT, a rotation) on a cursor kept for it on this thread's connection, and return that
         cursor: read its rows at once, since the statement's next run on this connection
         replaces them. A cursor that runs the same query string again keeps psycopg's Transformer
         (the columns' loaders, the parameters' dumpers), which a new cursor makes afresh for each
         query: a quarter of such a statement's CPU. `raw`: the SQL has `$1, $2, ...` placeholders
-        (psycopg's RawCursor); BEGIN, if due, then goes on its own."""
+        (psycopg's RawCursor); BEGIN, if due, then goes on its own.
+
+        The first statement of a transaction need not start it. `plain_read`: the statement only
+        reads, and locks nothing; at READ COMMITTED (PostgreSQL's default, which leadsvc is
+        written for) it sees what it would see just after BEGIN, so it runs on its own and leaves
+        BEGIN to the next statement. `last`: nothing follows it in the transaction; when nothing
+        has been sent yet, it runs on its own, atomic as any single statement, and the
+        transaction needs neither BEGIN nor COMMIT (it then takes no further statement). A
+        duplicate's activity, or a lead routed without a lock, is one round trip instead of two."""
         conn = self.connection()
-        statement = None if raw else self._take_begin()
+        pending = getattr(self._begin, "statement", None)
+        alone = pending is not None and pending is not _ENDED and (last or (plain_read and pending == "BEGIN"))
+        statement = None if alone or raw else self._take_begin()
+        if alone and last:
+            self._begin.statement = _ENDED
         key = (sql, raw, statement)
         kept = conn._leadsvc_kept.get(key)
         if kept is None:
@@ -176,14 +200,14 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         self._log_query(sql, params)
         if statement is not None:
             return self._with_begin(cursor, text, params)
-        if raw:
+        if raw and not alone:
             self._begun(cursor)
         with pw.__exception_wrapper__:
             cursor.execute(text, params)
         return cursor
 
     def commit(self) -> None:
-        if self._take_begin() is not None:   # nothing was sent: nothing to commit
+        if not self._end():   # nothing was sent, or one statement on its own: nothing to commit
             return
         if self.is_closed():
             raise pw.InterfaceError("Cannot commit, database connection not open.")
@@ -191,11 +215,11 @@ class _PooledPostgres(PooledPostgresqlDatabase):
             self._state.conn.commit()   # COMMIT without the cursor peewee makes for it
 
     def rollback(self) -> None:
-        if self._take_begin() is None:
+        if self._end():
             super().rollback()
 
     def close(self) -> bool:
-        self._take_begin()   # a BEGIN noted but never sent must not reach the next statement
+        self._end()   # a BEGIN noted but never sent must not reach the next statement
         return super().close()
 
     def _initialize_connection(self, conn: Any) -> None:
@@ -263,8 +287,9 @@ class _QueuedSqlite(pw.SqliteDatabase):
         self._aside: threading.Thread | None = None
         self._aside_lock = threading.Lock()
 
-    def execute_kept(self, sql: str, params: Any = ()) -> Any:
-        """execute_sql: sqlite3 keeps each connection's statements itself (_PooledPostgres.execute_kept)."""
+    def execute_kept(self, sql: str, params: Any = (), *, plain_read: bool = False, last: bool = False) -> Any:
+        """execute_sql: sqlite3 keeps each connection's statements itself, and a write transaction
+        has begun before its first statement (_PooledPostgres.execute_kept)."""
         return self.execute_sql(sql, params)
 
     def begin(self, lock_type: str | None = None) -> None:
@@ -521,15 +546,17 @@ def _insert_statement(model: type[pw.Model], names: tuple[str, ...], rows: int =
     return _insert_sql[key]
 
 
-def insert_row(model: type[pw.Model], values: dict[str, Any]) -> int:
+def insert_row(model: type[pw.Model], values: dict[str, Any], *, last: bool = False) -> int:
     """INSERT one row and return its id: the SQL is written once per model and set of columns.
+    `last`: nothing follows it in its transaction (_PooledPostgres.execute_kept).
 
     peewee writes an INSERT afresh each time, and on the create path that costs more than the
     database's own work; the values still become what each field's db_value gives, as with peewee.
     """
     postgres = is_postgres()
     sql, converts = _insert_statement(model, tuple(values), returning_id=postgres)
-    cursor = database.execute_kept(sql, [convert(value) for convert, value in zip(converts, values.values())])
+    cursor = database.execute_kept(sql, [convert(value) for convert, value in zip(converts, values.values())],
+                                   last=last)
     return cursor.fetchone()[0] if postgres else cursor.lastrowid
 
 
@@ -544,9 +571,10 @@ FIRST_ROW_ID: Any = _FirstRowId()
 _insert_rows_sql: dict[tuple, tuple[str, list[pw.Field]]] = {}
 
 
-def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
+def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]], *, last: bool = False) -> int:
     """INSERT rows of any tables, in their order, and return the first one's id; a value
-    FIRST_ROW_ID in a later row stands for that id. On PostgreSQL it is one statement: the first
+    FIRST_ROW_ID in a later row stands for that id. `last`: nothing follows them in their
+    transaction (_PooledPostgres.execute_kept; on PostgreSQL they are one statement). On PostgreSQL it is one statement: the first
     row, then each run of rows of the same model and columns (one multi-row INSERT, ids in
     order), each a data-modifying WITH query (each runs exactly once), selecting the first id,
     with PostgreSQL's own placeholders ($1, $2, ...) run through psycopg's RawCursor (kept, see
@@ -588,7 +616,7 @@ def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> int:
     sql, converts = _insert_rows_sql[key]
     values = [value for value in params if value is not FIRST_ROW_ID]
     parameters = [convert(value) for convert, value in zip(converts, values, strict=True)]
-    return database.obj.execute_kept(sql, parameters, raw=True).fetchone()[0]
+    return database.obj.execute_kept(sql, parameters, raw=True, last=last).fetchone()[0]
 
 
 def _runs(rows: list[tuple[type[pw.Model], dict[str, Any]]]) -> list[tuple[type[pw.Model], tuple[str, ...], list[dict]]]:
@@ -639,12 +667,14 @@ class Prepared:
     than running it; a query run on every request is worth building once. `build` makes the query
     from placeholders (compare columns with them; they reach the SQL as parameters, untouched by
     the fields' conversions), and each call swaps the real values in, as the database takes them.
+    A query without FOR UPDATE is a plain read: first in a transaction, it leaves BEGIN to the
+    next statement (_PooledPostgres.execute_kept).
     """
 
     def __init__(self, build: Callable[..., pw.ModelSelect], arity: int = 1):
         self.build = build
         self.placeholders = tuple(f"\x00prepared:{i}\x00" for i in range(arity))
-        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[tuple[int | None, Any]]]] = {}
+        self.compiled: dict[int, tuple[pw.ModelSelect, str, list[tuple[int | None, Any]], bool]] = {}
         # Rows of whole models joined by the root's foreign keys are built without peewee's cursor
         # wrapper (see _instance_maker); None: a query of another shape, which peewee builds.
         self.makers: dict[int, Callable[[tuple], pw.Model] | None] = {}
@@ -660,11 +690,11 @@ class Prepared:
             index = {p: i for i, p in enumerate(self.placeholders)}
             # Each parameter: (index of the value that replaces it, None) or (None, its own value).
             slots = [(index[p], None) if isinstance(p, str) and p in index else (None, p) for p in params]
-            self.compiled[key] = (query, sql, slots)
+            self.compiled[key] = (query, sql, slots, not query._for_update)
             self.makers[key] = _instance_maker(query, sqlite=not is_postgres())
-        query, sql, slots = self.compiled[key]
+        query, sql, slots, plain_read = self.compiled[key]
         bound = [own if i is None else values[i] for i, own in slots]
-        cursor = database.execute_kept(sql, bound)
+        cursor = database.execute_kept(sql, bound, plain_read=plain_read)
         make = self.makers[key]
         if make is not None:
             return [make(row) for row in cursor.fetchall()]

@@ -171,15 +171,16 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _insert(row: ModelT) -> ModelT:
+def _insert(row: ModelT, *, last: bool = False) -> ModelT:
     """A new row (its defaults already filled in by the model) written with db.insert_row."""
-    row.id = insert_row(type(row), row.__data__)
+    row.id = insert_row(type(row), row.__data__, last=last)
     return row
 
 
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-              at: datetime | None = None) -> Activity:
-    return _insert(Activity(**_activity_values(lead.workspace_id, lead.id, actor, kind, summary, data, at)))
+              at: datetime | None = None, *, last: bool = False) -> Activity:
+    return _insert(Activity(**_activity_values(lead.workspace_id, lead.id, actor, kind, summary, data, at)),
+                   last=last)
 
 
 def _activity_values(workspace_id: int, lead_id: Any, actor: Actor, kind: str, summary: str,
@@ -262,13 +263,15 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
         with database.atomic():
             # The duplicate is looked for inside the write: on SQLite the write lock already keeps
             # every other create out, and the lookup warms the index pages the insert then writes.
+            # On PostgreSQL (READ COMMITTED) the lookup, a plain read, goes before BEGIN, and a lead
+            # that routing needs no lock for is one INSERT on its own (db.insert_rows' `last`).
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
             if existing is not None:
                 return _duplicate(existing, matched_on, data, actor)
             assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
-            lead.id = insert_rows([(Lead, lead.__data__), *_creation_history(lead, assignment, actor)])
+            lead.id = insert_rows([(Lead, lead.__data__), *_creation_history(lead, assignment, actor)], last=True)
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
@@ -313,7 +316,7 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
-              {"matched_on": matched_on, "submitted": sent})
+              {"matched_on": matched_on, "submitted": sent}, last=True)
     return Created(lead, duplicate=True, matched_on=matched_on)
 
 
