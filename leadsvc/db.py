@@ -337,6 +337,20 @@ class _QueuedSqlite(pw.SqliteDatabase):
                 self._aside = threading.Thread(target=self._checkpoint_aside, name="leadsvc-checkpoint", daemon=True)
                 self._aside.start()
 
+    def truncate_wal(self) -> None:
+        """Copy the whole WAL into the database file and empty it (after a bulk load). A
+        checkpoint still running aside is waited for first: SQLite refuses a second checkpoint
+        at once (busy) while one runs, and the process could then end with its data left in the
+        WAL and the one aside cut off."""
+        with self._aside_lock:
+            if self._aside is not None:
+                self._aside.join()
+                self._aside = None
+            busy, _, _ = self.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("The WAL could not be wholly copied into the database (a reader held on); "
+                        "the next checkpoint goes on.")
+
     def _checkpoint_aside(self) -> None:
         """The bulk of a checkpoint, on a thread and connection of its own (sqlite3 lets the GIL go meanwhile)."""
         try:
@@ -573,14 +587,13 @@ _insert_rows_sql: dict[tuple, tuple[str, list[pw.Field]]] = {}
 
 def insert_rows(rows: list[tuple[type[pw.Model], dict[str, Any]]], *, last: bool = False) -> int:
     """INSERT rows of any tables, in their order, and return the first one's id; a value
-    FIRST_ROW_ID in a later row stands for that id. `last`: nothing follows them in their
-    transaction (_PooledPostgres.execute_kept; on PostgreSQL they are one statement). On PostgreSQL it is one statement: the first
+    FIRST_ROW_ID in a later row stands for that id. On PostgreSQL it is one statement: the first
     row, then each run of rows of the same model and columns (one multi-row INSERT, ids in
     order), each a data-modifying WITH query (each runs exactly once), selecting the first id,
-    with PostgreSQL's own placeholders ($1, $2, ...) run through psycopg's RawCursor (kept, see
-    _PooledPostgres.execute_kept): psycopg
-    parses a query written with %s for its placeholders on every run once it has more than 50
-    parameters (its cache of parsed queries stops there), and a create's has 57. SQLite runs
+    with PostgreSQL's own placeholders ($1, $2, ...) run through a kept RawCursor
+    (_PooledPostgres.execute_kept): psycopg parses a query written with %s for its placeholders
+    on every run once it has more than 50 parameters (its cache of parsed queries stops there),
+    and a create's has 57. `last`: nothing follows that statement in its transaction. SQLite runs
     in-process: there the first row is inserted alone (for its id), then each run as one
     multi-row INSERT. The SQL is written once per shape of the rows."""
     if not is_postgres():

@@ -563,6 +563,6 @@ class _bulk_session:
     def __exit__(self, *exc):
         if not is_postgres():
             database.obj.writer_pragmas(self.saved)
-            database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            database.obj.truncate_wal()
         return False
 

@@ -193,6 +193,39 @@ def test_a_failed_checkpoint_leaves_the_commit_before_it_standing(make_app, back
 
 
 @pytest.mark.only_on("sqlite")
+def test_truncating_the_wal_waits_for_a_checkpoint_aside_and_leaves_the_wal_empty(make_app, backend, tmp_path,
+                                                                                  monkeypatch):
+    # After a bulk load: SQLite refuses a second checkpoint at once while one runs aside, and the
+    # process could end with its rows still in the WAL (leadsvc demo --leads left 3.5 GB there).
+    in_database_file = _checkpointed_database(make_app, tmp_path, monkeypatch, "truncated")
+    apply_setup(parse_setup(standard_setup("Bulk loaded")))
+    release, aside_started = threading.Event(), threading.Event()
+    checkpoint = _QueuedSqlite._checkpoint
+
+    def held(cursor):
+        if threading.current_thread().name == "leadsvc-checkpoint":
+            aside_started.set()
+            release.wait(30)
+        checkpoint(cursor)
+
+    monkeypatch.setattr(_QueuedSqlite, "_checkpoint", staticmethod(held))
+    monkeypatch.setattr(_QueuedSqlite, "CHECKPOINT_COMMITS", 1)
+    with database.atomic():   # due: starts the checkpoint aside, held until released
+        Workspace.update(name="Bulk loaded, renamed").where(Workspace.name == "Bulk loaded").execute()
+    assert aside_started.wait(30)
+    truncating = threading.Thread(target=lambda: (database.obj.truncate_wal(), database.close()))
+    truncating.start()
+    truncating.join(0.3)
+    assert truncating.is_alive(), "it waits for the checkpoint aside"
+    release.set()
+    truncating.join(30)
+    assert not truncating.is_alive() and database.obj._aside is None
+    assert in_database_file("Bulk loaded, renamed")
+    assert (tmp_path / "truncated.sqlite3-wal").stat().st_size == 0
+    database.close()
+
+
+@pytest.mark.only_on("sqlite")
 def test_sqlite_keeps_its_temporary_files_in_memory_for_writes_and_reads(app, ws):
     # A lead's INSERT touches 14 B-trees; its statement journal would otherwise go to a file.
     assert database.execute_sql("PRAGMA temp_store").fetchone()[0] == 2   # MEMORY
