@@ -19,6 +19,8 @@ from .config import ConfigError, config_path
 from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
+NO_PSYCOPG = ("this Python cannot import psycopg: install it into the Python that runs leadsvc "
+              "(pip install 'psycopg[binary]').")
 
 
 def _app(ctx: click.Context) -> Flask:
@@ -28,6 +30,8 @@ def _app(ctx: click.Context) -> Flask:
             ctx.obj["app"] = create_app(config_file=ctx.obj["config_file"])
         except ConfigError as exc:
             raise click.ClickException(f"Configuration: {exc}") from None
+        except pw.ImproperlyConfigured:   # peewee, binding to PostgreSQL without its driver
+            raise click.ClickException(f"database.url names PostgreSQL, but {NO_PSYCOPG}") from None
     return ctx.obj["app"]
 
 
@@ -41,8 +45,7 @@ def _migrated_app(ctx: click.Context) -> Flask:
             f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
     except pw.ImproperlyConfigured:
         raise click.ClickException(
-            f"database.url is {redact(app.config['LEADSVC']['database']['url'])}, but this Python cannot import "
-            f"psycopg: install it into the Python that runs leadsvc (pip install 'psycopg[binary]').") from None
+            f"database.url is {redact(app.config['LEADSVC']['database']['url'])}, but {NO_PSYCOPG}") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -364,8 +367,7 @@ def database_problems(url: str) -> list[str]:
         ping()
         pending = pending_migrations()
     except pw.ImproperlyConfigured:
-        return [f"database.url is {url}, but this Python cannot import psycopg: install it into the Python "
-                f"that runs leadsvc (pip install 'psycopg[binary]')."]
+        return [f"database.url is {url}, but {NO_PSYCOPG}"]
     except (*UNAVAILABLE_ERRORS, RuntimeError) as exc:
         return [f"Database {url} does not answer: {reason(exc)}. Check database.url (or LEADSVC_DATABASE_URL) "
                 f"and that the server runs and accepts this user."]

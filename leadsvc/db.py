@@ -99,9 +99,7 @@ class _PooledPostgres(PooledPostgresqlDatabase):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._begin = threading.local()   # .statement: the BEGIN not sent yet (see begin)
-        from psycopg import ClientCursor, RawCursor   # psycopg is only there with the postgres extra
-
-        self._client_cursor, self._raw_cursor = ClientCursor, RawCursor
+        self._client_cursor = self._raw_cursor = None   # psycopg's, set with the first connection
 
     def begin(self, isolation_level: Any = None) -> None:
         """BEGIN, sent with the transaction's first statement rather than on its own: the two go
@@ -147,8 +145,9 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         statement = self._take_begin()
         if statement is None:
             return super()._execute_cursor(sql, params, **cursor_options)
+        conn = self.connection()
         self._log_query(sql, params)
-        return self._with_begin(self._client_cursor(self.connection()), f"{statement}; {sql}", params)
+        return self._with_begin(self._client_cursor(conn), f"{statement}; {sql}", params)
 
     @staticmethod
     def _with_begin(cursor: Any, text: str, params: Any) -> Any:
@@ -225,6 +224,9 @@ class _PooledPostgres(PooledPostgresqlDatabase):
     def _initialize_connection(self, conn: Any) -> None:
         super()._initialize_connection(conn)
         if not hasattr(conn, "_leadsvc_kept"):   # once per connection, not per checkout
+            from psycopg import ClientCursor, RawCursor   # psycopg is only there with the postgres extra
+
+            self._client_cursor, self._raw_cursor = ClientCursor, RawCursor
             conn.adapters.register_loader("jsonb", _jsonb_loader())
             conn._leadsvc_kept = {}   # execute_kept's cursors
 

@@ -248,6 +248,25 @@ def test_check_fails_on_an_unreachable_postgresql(run_cli):
            "postgresql://postgres@127.0.0.1:1/leadsvc does not answer")
 
 
+@pytest.mark.parametrize("command", ["check", "migrate", "serve"])
+def test_postgresql_without_its_driver_is_a_clear_error(run_cli, monkeypatch, command):
+    import peewee
+
+    from leadsvc import db
+
+    open_database = db._open
+
+    def without_driver(*args):
+        with monkeypatch.context() as driverless:   # as peewee finds them when neither is installed
+            driverless.setattr(peewee, "psycopg", None)
+            driverless.setattr(peewee, "psycopg2", None)
+            return open_database(*args)
+
+    monkeypatch.setattr(db, "_open", without_driver)
+    failed(run_cli(command, env={"LEADSVC_DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/no_driver_here"}),
+           "cannot import psycopg", "pip install 'psycopg[binary]'")
+
+
 def test_check_fails_on_an_unmigrated_database(run_cli, tmp_path):
     failed(run_cli("check", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/missing.sqlite3"}),
            "does not exist yet", "leadsvc migrate")
