@@ -19,8 +19,6 @@ from .config import ConfigError, config_path
 from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
-NO_PSYCOPG = ("this Python cannot import psycopg: install it into the Python that runs leadsvc "
-              "(pip install 'psycopg[binary]').")
 
 
 def _app(ctx: click.Context) -> Flask:
@@ -30,8 +28,10 @@ def _app(ctx: click.Context) -> Flask:
             ctx.obj["app"] = create_app(config_file=ctx.obj["config_file"])
         except ConfigError as exc:
             raise click.ClickException(f"Configuration: {exc}") from None
-        except pw.ImproperlyConfigured:   # peewee, binding to PostgreSQL without its driver
-            raise click.ClickException(f"database.url names PostgreSQL, but {NO_PSYCOPG}") from None
+        except pw.ImproperlyConfigured:   # peewee binds the models to PostgreSQL only with its driver
+            raise click.ClickException(
+                "database.url names PostgreSQL, but this Python cannot import psycopg: install it into the "
+                "Python that runs leadsvc (pip install 'psycopg[binary]').") from None
     return ctx.obj["app"]
 
 
@@ -43,9 +43,6 @@ def _migrated_app(ctx: click.Context) -> Flask:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "
             f"{str(exc).strip() or type(exc).__name__}. Check database.url.") from None
-    except pw.ImproperlyConfigured:
-        raise click.ClickException(
-            f"database.url is {redact(app.config['LEADSVC']['database']['url'])}, but {NO_PSYCOPG}") from None
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
@@ -366,8 +363,6 @@ def database_problems(url: str) -> list[str]:
     try:
         ping()
         pending = pending_migrations()
-    except pw.ImproperlyConfigured:
-        return [f"database.url is {url}, but {NO_PSYCOPG}"]
     except (*UNAVAILABLE_ERRORS, RuntimeError) as exc:
         return [f"Database {url} does not answer: {reason(exc)}. Check database.url (or LEADSVC_DATABASE_URL) "
                 f"and that the server runs and accepts this user."]

@@ -131,15 +131,15 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         return statement is None
 
     def cursor(self, named_cursor: Any = None) -> Any:
-        return self._begun(super().cursor(named_cursor))
+        cursor = super().cursor(named_cursor)
+        self._send_begin(self._take_begin())
+        return cursor
 
-    def _begun(self, cursor: Any) -> Any:
-        """The cursor, once it has sent the transaction's BEGIN if that is still to go."""
-        statement = self._take_begin()
+    def _send_begin(self, statement: str | None) -> None:
+        """Send the transaction's BEGIN on its own, if it is still to go."""
         if statement is not None:
             with pw.__exception_wrapper__:
                 self._state.conn.execute(statement)
-        return cursor
 
     def _execute_cursor(self, sql: str, params: Any, **cursor_options: Any) -> Any:
         statement = self._take_begin()
@@ -181,10 +181,15 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         duplicate's activity, or a lead routed without a lock, is one round trip instead of two."""
         conn = self.connection()
         pending = getattr(self._begin, "statement", None)
-        alone = pending is not None and pending is not _ENDED and (last or (plain_read and pending == "BEGIN"))
-        statement = None if alone or raw else self._take_begin()
-        if alone and last:
-            self._begin.statement = _ENDED
+        if pending is not None and pending is not _ENDED and (last or (plain_read and pending == "BEGIN")):
+            statement = None   # on its own: BEGIN stays for the next statement, or is never needed
+            if last:
+                self._begin.statement = _ENDED
+        else:
+            statement = self._take_begin()
+            if raw:   # $1 placeholders: no simple-protocol message to carry BEGIN
+                self._send_begin(statement)
+                statement = None
         key = (sql, raw, statement)
         kept = conn._leadsvc_kept.get(key)
         if kept is None:
@@ -199,8 +204,6 @@ class _PooledPostgres(PooledPostgresqlDatabase):
         self._log_query(sql, params)
         if statement is not None:
             return self._with_begin(cursor, text, params)
-        if raw and not alone:
-            self._begun(cursor)
         with pw.__exception_wrapper__:
             cursor.execute(text, params)
         return cursor
