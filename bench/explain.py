@@ -54,7 +54,7 @@ def main(url: str) -> int:
                 query = order.apply(Lead.select().where(SCOPES[role](member)), after).limit(51)
                 lines = plan(query)
                 failures += report(problems(lines), f"{role:<8} {sort:<18} {depth:<5}", lines)
-    lookup = pipeline._leads_with_contact.build(member.workspace_id, "+919700000000", "someone@example.test")
+    lookup = pipeline.leads_with_contact(member.workspace_id, "+919700000000", "someone@example.test")
     lines = plan(lookup)
     failures += report(problems(lines, ("lead_workspace_id_phone", "lead_workspace_id_email")),
                        f"{'create':<8} {'duplicate lookup':<24}", lines)

@@ -13,9 +13,8 @@ from datetime import timedelta
 from typing import Callable, Iterable
 
 import peewee as pw
+from flask import g, request
 
-from .current import current_request, environ_key, request_globals
-from .db import Prepared
 from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
@@ -27,7 +26,6 @@ AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
 
 TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
-_AUTHORIZATION = environ_key("Authorization")
 _LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
 LEAD_ID = public_id_pattern("ld_")
 
@@ -103,16 +101,15 @@ _NOT_LOOKED_UP = object()
 
 def authenticate() -> Caller:
     """The request's caller, looked up once per request; Unauthenticated when there is none."""
-    state = request_globals()
-    found = state.get("caller", _NOT_LOOKED_UP)   # one look at g: a request asks five times
+    found = g.get("caller", _NOT_LOOKED_UP)
     if found is None:
-        raise Unauthenticated(state.auth_failure)
+        raise Unauthenticated(g.auth_failure)
     if found is not _NOT_LOOKED_UP:
         return found
     try:
-        state.caller = found = _lookup_caller()
+        g.caller = found = _lookup_caller()
     except Unauthenticated as exc:
-        state.caller, state.auth_failure = None, exc.detail
+        g.caller, g.auth_failure = None, exc.detail
         raise
     return found
 
@@ -125,21 +122,16 @@ def current_caller() -> Caller | None:
         return None
 
 
-# Every request runs it: its SQL is built once per database.
-_token_by_hash = Prepared(lambda digest: Token.select(Token, Member, Workspace)
-                          .join(Member).switch(Token).join(Workspace)
-                          .where(Token.secret_hash == digest).limit(1))
-
-
 def _lookup_caller() -> Caller:
-    header = current_request().environ.get(_AUTHORIZATION)
+    header = request.headers.get("Authorization")
     if not header:
         raise Unauthenticated("Send Authorization: Bearer <token>.")
     secret = bearer_secret(header)
     if secret is None or not TOKEN_PATTERN.match(secret):
         raise Unauthenticated("The Authorization header must be 'Bearer lsk_...'.")
     digest = hash_token(secret)
-    token = next(iter(_token_by_hash(digest)), None)
+    token = (Token.select(Token, Member, Workspace).join(Member).switch(Token).join(Workspace)
+             .where(Token.secret_hash == digest).first())
     if token is None or not hmac.compare_digest(token.secret_hash, digest):
         raise Unauthenticated("The token is not known.")
     now = utcnow()

@@ -16,7 +16,7 @@ from flask import Flask
 
 from . import __version__, create_app
 from .config import ConfigError, config_path
-from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping
+from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping, transaction
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
 
@@ -146,7 +146,7 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
 
     app = _migrated_app(ctx)
     data = parse_setup(tomllib.loads(resources.files("leadsvc").joinpath("demo.toml").read_text()))
-    with database.atomic():
+    with transaction():
         result = apply_setup(data)
         tokens = {}
         for email, member_id in result.members.items():

@@ -1,9 +1,11 @@
-"""The JSON documents the API returns for leads and their history, built without per-row queries.
+"""The JSON documents the API returns for leads and their history: each schema, published in the
+OpenAPI document, beside the function that builds the document (tests validate every built
+document against its schema).
 
-A `Refs` holds a workspace's small reference tables (statuses, sources, members, teams by
-internal id; custom fields and distribution rules too), cached per process while the workspace's refs_version stands, so a page of leads
-is one query and no internal id ever reaches a document. schemas.LeadSchema documents the same shapes for
-OpenAPI; a test keeps the two in step.
+Documents are built as plain data, without per-row queries: a `Refs` holds a workspace's small
+reference tables (statuses, sources, members, teams by internal id; custom fields and
+distribution rules too), cached per process while the workspace's refs_version stands, so a page
+of leads is one query and no internal id ever reaches a document.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from flask import Response
+import marshmallow as ma
+from flask import Response, g
 
-from .current import request_globals
 from .db import database
 from .models import CustomField, Form, Member, Rule, Source, Status, Team, Token, Workspace
-from .schemas import rfc3339
+from .schemas import MetaSchema, RefSchema, rfc3339
 from .scoring import band
 
 
@@ -99,10 +101,9 @@ def request_refs() -> Refs:
     from .auth import caller
     from .config import settings
 
-    state = request_globals()
-    refs = state.get("refs")
+    refs = g.get("refs")
     if refs is None:
-        refs = state.refs = cached_refs(caller().workspace, settings())
+        refs = g.refs = cached_refs(caller().workspace, settings())
     return refs
 
 
@@ -135,8 +136,129 @@ def etag(lead: Any) -> str:
     return '"' + hashlib.sha256(f"{lead.public_id}:{lead.version}".encode()).hexdigest()[:20] + '"'
 
 
+# --- what the documents look like --------------------------------------------------------------
+
+class ContactSchema(ma.Schema):
+    first_name = ma.fields.String(required=True)
+    last_name = ma.fields.String(required=True)
+    full_name = ma.fields.String(required=True)
+    phone = ma.fields.String(allow_none=True, required=True, metadata={"description": "E.164"})
+    email = ma.fields.String(allow_none=True, required=True)
+
+
+class StatusRefSchema(RefSchema):
+    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    position = ma.fields.Integer(required=True)
+
+
+class MemberRefSchema(RefSchema):
+    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+
+
+class ScoreReasonSchema(ma.Schema):
+    reason = ma.fields.String(required=True)
+    points = ma.fields.Integer(required=True)
+
+
+class ActorSchema(ma.Schema):
+    type = ma.fields.String(required=True, metadata={"enum": ["token", "form", "system"]})
+    id = ma.fields.String()
+    name = ma.fields.String()
+    member = ma.fields.Nested(MemberRefSchema, allow_none=True)
+
+
+class ActivitySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    kind = ma.fields.String(required=True)
+    summary = ma.fields.String(required=True)
+    data = ma.fields.Dict(required=True)
+    occurred_at = ma.fields.String(required=True)
+    created_at = ma.fields.String(required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+
+
+class NoteSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    body = ma.fields.String(required=True)
+    created_at = ma.fields.String(required=True)
+    author = ma.fields.Nested(ActorSchema, required=True)
+
+
+class LeadSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    contact = ma.fields.Nested(ContactSchema, required=True)
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    status = ma.fields.Nested(StatusRefSchema, required=True)
+    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
+    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    estimated_value = ma.fields.Float(allow_none=True, required=True)
+    currency = ma.fields.String(required=True)
+    custom_fields = ma.fields.Dict(required=True)
+    score = ma.fields.Integer(required=True)
+    score_band = ma.fields.String(required=True, metadata={"enum": ["hot", "warm", "cold"]})
+    score_reasons = ma.fields.List(ma.fields.Nested(ScoreReasonSchema), required=True)
+    created_at = ma.fields.String(required=True)
+    updated_at = ma.fields.String(required=True)
+    last_activity_at = ma.fields.String(allow_none=True, required=True)
+    status_changed_at = ma.fields.String(required=True)
+    activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
+    notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
+
+
+class LeadCreatedSchema(ma.Schema):
+    data = ma.fields.Nested(LeadSchema, required=True)
+    duplicate = ma.fields.Boolean(required=True)
+    matched_on = ma.fields.List(ma.fields.String(), metadata={"description": "On duplicates: phone and/or email."})
+
+
+class LeadListMetaSchema(MetaSchema):
+    unknown_filters = ma.fields.List(ma.fields.String(), metadata={
+        "description": "filter[...] keys the service does not know; the page is empty because of them."})
+
+
+class TransitionSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    from_ = ma.fields.Nested(StatusRefSchema, allow_none=True, required=True, data_key="from")
+    to = ma.fields.Nested(StatusRefSchema, required=True)
+    note = ma.fields.String(allow_none=True, required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+    at = ma.fields.String(required=True)
+    seconds_in_from = ma.fields.Integer(allow_none=True, required=True)
+
+
+class StatusMoveResultSchema(ma.Schema):
+    data = ma.fields.Nested(LeadSchema, required=True)
+    transition = ma.fields.Nested(TransitionSchema, required=True)
+
+
+class NoteDocumentSchema(ma.Schema):
+    data = ma.fields.Nested(NoteSchema, required=True)
+
+
+class ActivityLoggedSchema(ma.Schema):
+    data = ma.fields.Nested(ActivitySchema, required=True)
+    lead = ma.fields.Nested(LeadSchema, required=True, metadata={"description": "The lead as it is now."})
+
+
+class AuditChangeSchema(ma.Schema):
+    old = ma.fields.Raw(allow_none=True, required=True)
+    new = ma.fields.Raw(allow_none=True, required=True)
+
+
+class AuditEntrySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    action = ma.fields.String(required=True, metadata={
+        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged"]})
+    changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
+    request_id = ma.fields.String(allow_none=True, required=True)
+    actor = ma.fields.Nested(ActorSchema, required=True)
+    at = ma.fields.String(required=True)
+
+
+# --- building them -----------------------------------------------------------------------------
+
 def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
-    """A lead as the API shows it (DESIGN section 5)."""
+    """A lead as the API shows it (LeadSchema)."""
     first, last = lead.first_name or "", lead.last_name or ""
     value = lead.estimated_value
     related = refs.refs_of_leads

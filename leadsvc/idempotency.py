@@ -35,7 +35,7 @@ from flask import Flask, Response, g, request
 
 from .auth import current_caller
 from .current import current_request, environ_key
-from .db import database, is_postgres, sqlstate
+from .db import database, is_postgres, sqlstate, transaction
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
 from .problems import Conflict, ValidationFailed
@@ -99,7 +99,7 @@ def reserve() -> Response | None:
     recorded = _recorded(scope, key)
     if recorded is not None:
         return _replay(recorded, digest)
-    reservation = Reservation(database.atomic())
+    reservation = Reservation(transaction())
     reservation.transaction.__enter__()
     g.idempotency = reservation
     try:

@@ -8,14 +8,14 @@ from flask.views import MethodView
 from . import pipeline
 from .auth import caller, requires, visible_lead_or_404, visible_leads
 from .config import settings
-from .documents import (ActorNames, activity_document, etag, json_response, lead_document, note_document,
-                        request_refs, transition_document)
+from .documents import (ActorNames, LeadCreatedSchema, LeadListMetaSchema, LeadSchema, StatusMoveResultSchema,
+                        activity_document, etag, json_response, lead_document, note_document, request_refs,
+                        transition_document)
 from .extensions import Blueprint
 from .listing import LeadListQuery, lead_page, next_link, unknown_filters
 from .models import Activity, Note
 from .problems import Forbidden
-from .schemas import (LeadCreatedSchema, LeadCreateSchema, LeadListMetaSchema, LeadPatchSchema, LeadReadQuery,
-                      LeadSchema, StatusMoveResultSchema, StatusMoveSchema, one, page_of)
+from .schemas import LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema, one, page_of
 
 blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
                 description="Leads in the caller's scope: list, create, read, update, move through the pipeline.")
@@ -28,6 +28,7 @@ IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"t
 
 
 def actor() -> pipeline.Actor:
+    """The actor of the current API request (leads and their timeline)."""
     return pipeline.actor_for(caller(), g.request_id)
 
 

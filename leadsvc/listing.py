@@ -15,7 +15,7 @@ import peewee as pw
 
 from . import cursor
 from .config import Settings
-from .db import any_of, plain_rows
+from .db import any_of
 from .documents import Refs
 from .models import Lead
 from .schemas import public_id_pattern
@@ -249,4 +249,4 @@ def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, sett
     """One page of the filtered, sorted query and the cursor of the next."""
     filters = {key: value for key, value in params.items() if key not in ("sort", "page_size", "page_after")}
     return cursor.page(filter_leads(query, filters, refs, settings), SORTS[params["sort"]], params["page_size"],
-                       binding(params["sort"], filters), params.get("page_after"), fetch=plain_rows)
+                       binding(params["sort"], filters), params.get("page_after"))

@@ -13,10 +13,9 @@ import time
 from bisect import bisect_left
 from ipaddress import ip_address
 
-from flask import Blueprint, Flask, Response, current_app, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 
 from .config import networks
-from .current import current_request, request_globals
 from .observability import request_route
 from .problems import NotFound
 
@@ -99,9 +98,9 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def count_request(response: Response) -> Response:
-        started = request_globals().get("request_started")
+        started = g.get("request_started")
         if started is not None:
-            metrics.observe(current_request().method, request_route(), response.status_code,
+            metrics.observe(request.method, request_route(), response.status_code,
                             time.perf_counter() - started)
         return response
 

@@ -7,8 +7,8 @@ Times are naive UTC datetimes.
 
 from __future__ import annotations
 
-import functools
 import re
+import secrets
 import string
 import time
 from datetime import UTC, datetime
@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 import peewee as pw
 
 from .db import database
-from .randomness import token_bytes
 
 BASE62 = string.digits + string.ascii_letters
 ID_TIME_DIGITS, ID_RANDOM_DIGITS = 6, 16   # DESIGN: at least 16 random base-62 digits
@@ -36,48 +35,25 @@ NEVER = datetime(1970, 1, 1)
 
 
 def utcnow() -> datetime:
-    """The time in UTC, naive, as every column holds it. Built from its fields: replace(tzinfo=None)
-    takes twice as long, and a create reads the clock about ten times."""
-    now = datetime.now(UTC)
-    return datetime(now.year, now.month, now.day, now.hour, now.minute, now.second, now.microsecond)
-
-
-_RANDOM_SPACE = len(BASE62) ** ID_RANDOM_DIGITS
-_DIGIT_PAIRS = [high + low for high in BASE62 for low in BASE62]   # 00, 01, ... zz: two digits a step
+    """The time in UTC, naive, as every column holds it."""
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _base62(number: int, digits: int) -> str:
-    """The number's last `digits` (even) base-62 digits, most significant first."""
-    pairs = []
-    for _ in range(digits // 2):
-        number, pair = divmod(number, len(_DIGIT_PAIRS))
-        pairs.append(_DIGIT_PAIRS[pair])
-    return "".join(reversed(pairs))
-
-
-@functools.lru_cache(maxsize=4)
-def _second_digits(second: int) -> str:
-    return _base62(second, ID_TIME_DIGITS)
+    """The number's last `digits` base-62 digits, most significant first."""
+    out = []
+    for _ in range(digits):
+        number, digit = divmod(number, len(BASE62))
+        out.append(BASE62[digit])
+    return "".join(reversed(out))
 
 
 def new_public_id(prefix: str) -> str:
-    """prefix + the Unix second in ID_TIME_DIGITS base-62 digits + ID_RANDOM_DIGITS random ones
-    (the system's CSPRNG, through randomness.token_bytes). Ids made in the same second sort next
-    to each other, so the unique index of a busy table takes its new entries on a page or two
-    that are already in memory, instead of each on a random page that must be read first (and
-    checkpointed after)."""
-    return prefix + _second_digits(int(time.time())) + _base62(_random_number(), ID_RANDOM_DIGITS)
-
-
-# Random bytes per id: 32 bits more than the digits hold (16 bytes for 62**16, about 2**95.3), so
-# the draw reduced modulo the space is uniform to within 2**-32; `randbelow` drew 96 bits and drew
-# again two times in five.
-_RANDOM_BYTES = (_RANDOM_SPACE.bit_length() + 32 + 7) // 8
-
-
-def _random_number() -> int:
-    """A uniform number below _RANDOM_SPACE (see _RANDOM_BYTES)."""
-    return int.from_bytes(token_bytes(_RANDOM_BYTES)) % _RANDOM_SPACE
+    """prefix + the Unix second in ID_TIME_DIGITS base-62 digits + ID_RANDOM_DIGITS random ones.
+    Ids made in the same second sort next to each other, so a busy table's unique index takes
+    its new entries on a page or two already in memory instead of each on a random page."""
+    return (prefix + _base62(int(time.time()), ID_TIME_DIGITS)
+            + _base62(secrets.randbelow(len(BASE62) ** ID_RANDOM_DIGITS), ID_RANDOM_DIGITS))
 
 
 def public_id_pattern(prefix: str) -> re.Pattern[str]:

@@ -10,21 +10,19 @@ import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import peewee as pw
 
 from . import routing
 from .auth import Caller, in_lead_scope, lead_scope, member_scope
-from .db import FIRST_ROW_ID, Prepared, database, for_update, insert_row, insert_rows
+from .db import any_of, for_update, transaction
 from .documents import Refs, etag
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
 from .problems import Conflict, NotFound, PreconditionFailed, ValidationFailed
-from .schemas import rfc3339
+from .schemas import missing_contact, rfc3339
 from .scoring import ENGAGEMENT_POINTS, score_lead
-
-ModelT = TypeVar("ModelT", bound=pw.Model)
 
 MAX_TEXT_FIELD = 500   # characters in a text custom field
 MAX_NUMBER = 10**15     # the largest magnitude of a number custom field
@@ -44,11 +42,8 @@ class Actor:
     via: str | None = None   # how a lead came in, for its `created` activity: api (default), form, import
 
     def columns(self) -> dict[str, Any]:
+        """The actor columns of a history row (transition, activity, note, audit entry)."""
         return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
-
-    def column_ids(self) -> dict[str, int | None]:
-        """columns() as the rows' values: the ids."""
-        return {name: None if row is None else row.id for name, row in self.columns().items()}
 
     @property
     def lead_scope(self) -> pw.Expression | None:
@@ -171,35 +166,16 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _insert(row: ModelT, *, last: bool = False) -> ModelT:
-    """A new row (its defaults already filled in by the model) written with db.insert_row."""
-    row.id = insert_row(type(row), row.__data__, last=last)
-    return row
-
-
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-              at: datetime | None = None, *, last: bool = False) -> Activity:
-    return _insert(Activity(**_activity_values(lead.workspace_id, lead.id, actor, kind, summary, data, at)),
-                   last=last)
-
-
-def _activity_values(workspace_id: int, lead_id: Any, actor: Actor, kind: str, summary: str,
-                     data: dict | None = None, at: datetime | None = None) -> dict[str, Any]:
-    """An activity's column values (ids for its references), for every activity written."""
+              at: datetime | None = None) -> Activity:
     now = utcnow()
-    return {"workspace": workspace_id, "lead": lead_id, "kind": kind, "summary": summary, "data": data or {},
-            "occurred_at": at or now, "created_at": now, **actor.column_ids()}
+    return Activity.create(workspace=lead.workspace_id, lead=lead.id, kind=kind, summary=summary, data=data or {},
+                           occurred_at=at or now, created_at=now, **actor.columns())
 
 
 def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return _insert(AuditEntry(**_audit_values(lead.workspace_id, lead.id, actor, action, changes)))
-
-
-def _audit_values(workspace_id: int, lead_id: Any, actor: Actor, action: str,
-                  changes: dict[str, Any]) -> dict[str, Any]:
-    """An audit entry's column values (ids for its references), for every entry written."""
-    return {"workspace": workspace_id, "lead": lead_id, "action": action, "changes": changes,
-            "request_id": actor.request_id, **actor.column_ids()}
+    return AuditEntry.create(workspace=lead.workspace_id, lead=lead.id, action=action, changes=changes,
+                             request_id=actor.request_id, **actor.columns())
 
 
 def _lock(lead: Lead, actor: Actor) -> Lead:
@@ -227,16 +203,16 @@ def _check_if_match(lead: Lead, if_match: str | None) -> None:
 CREATE_FIELDS = ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields")
 
 
-# Each create runs them: their SQL is built once per database.
-_leads_with_contact = Prepared(lambda workspace, phone, email: Lead.select().where(
-    (Lead.workspace == workspace) & ((Lead.phone == phone) | (Lead.email == email))), arity=3)
+def leads_with_contact(workspace_id: int, phone: str | None, email: str | None) -> pw.ModelSelect | None:
+    """The workspace's leads with this phone or this e-mail (None: neither given)."""
+    contact = [column == value for column, value in ((Lead.phone, phone), (Lead.email, email)) if value]
+    return Lead.select().where((Lead.workspace == workspace_id) & any_of(contact)) if contact else None
 
 
 def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
     """The existing lead with this phone (first) or e-mail, and which of the two it matched on."""
-    if not phone and not email:
-        return None, []
-    candidates = _leads_with_contact(workspace_id, phone or None, email or None)   # NULL matches nothing
+    query = leads_with_contact(workspace_id, phone, email)
+    candidates = [] if query is None else list(query)
     if not candidates:
         return None, []
     lead = next((c for c in candidates if phone and c.phone == phone), candidates[0])
@@ -260,54 +236,38 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     rescore(lead, refs)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
-        with database.atomic():
-            # The duplicate is looked for inside the write: on SQLite the write lock already keeps
-            # every other create out, and the lookup warms the index pages the insert then writes.
-            # On PostgreSQL (READ COMMITTED) the lookup, a plain read, goes before BEGIN, and a lead
-            # that routing needs no lock for is one INSERT on its own (db.insert_rows' `last`).
+        with transaction():
+            # On SQLite the write lock keeps every other create out from here on; on PostgreSQL
+            # the unique indexes catch a create that commits in between (below).
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
             if existing is not None:
                 return _duplicate(existing, matched_on, data, actor)
             assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
-            lead.id = insert_rows([(Lead, lead.__data__), *_creation_history(lead, assignment, actor)], last=True)
+            lead.save(force_insert=True)
+            _record_creation(lead, assignment, actor)
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
         if existing is None:
             raise
-        with database.atomic():
+        with transaction():
             return _duplicate(existing, matched_on, data, actor)
     return Created(lead, duplicate=False)
 
 
-def _creation_history(lead: Lead, assignment: routing.Assignment,
-                      actor: Actor) -> list[tuple[type[pw.Model], dict[str, Any]]]:
-    """A new lead's history, as rows written with the lead (their `lead` is the lead's new id):
-    its first transition, the created and assigned activities and the audit entry. Plain rows,
-    as insert_rows takes them: a model instance each cost more than its insert."""
+def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:
+    """A new lead's history: its first transition, the created and assigned activities and the audit entry."""
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
-    workspace_id, lead_id = lead.workspace_id, FIRST_ROW_ID
-
-    def row(model: type[pw.Model], values: dict[str, Any]) -> tuple[type[pw.Model], dict[str, Any]]:
-        # The defaults of the columns not given (get_default_dict would also call those given).
-        return model, {**values, **{field.name: default() if callable(default) else default
-                                    for field, default in model._meta.defaults.items() if field.name not in values}}
-
-    return [
-        row(Transition, {"workspace": workspace_id, "lead": lead_id, "from_status": None, "to_status": lead.status_id,
-                         "at": lead.created_at, **actor.column_ids()}),
-        row(Activity, _activity_values(workspace_id, lead_id, actor, "created", "Lead created.",
-                                       {"via": actor.via or ("form" if actor.form else "api")})),
-        row(Activity, _activity_values(workspace_id, lead_id, actor, "assigned", assignment.summary,
-                                       assignment.reason)),
-        row(AuditEntry, _audit_values(workspace_id, lead_id, actor, "created",
-                                      {name: {"old": None, "new": value} for name, value in recorded.items()
-                                       if value not in (None, "", {})})),
-    ]
+    Transition.create(workspace=lead.workspace_id, lead=lead.id, from_status=None, to_status=lead.status_id,
+                      at=lead.created_at, **actor.columns())
+    _activity(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")})
+    _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
+    _audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
+                                    if value not in (None, "", {})})
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
@@ -316,7 +276,7 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
-              {"matched_on": matched_on, "submitted": sent}, last=True)
+              {"matched_on": matched_on, "submitted": sent})
     return Created(lead, duplicate=True, matched_on=matched_on)
 
 
@@ -338,7 +298,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         wanted["owner"] = _assignable_member(changes["owner"], actor)
     custom = check_custom_fields(changes.get("custom_fields") or {}, refs.custom_fields, allow_null=True)
 
-    with database.atomic():
+    with transaction():
         current = _lock(lead, actor)
         _check_if_match(current, if_match)
         diff: dict[str, dict[str, Any]] = {}
@@ -356,9 +316,8 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
                 merged[key] = value
             if old != value:
                 diff[f"custom_fields.{key}"] = {"old": old, "new": value}
-        if not current.phone and not current.email:
-            raise ValidationFailed(errors={"phone": ["A lead needs a phone or an e-mail."],
-                                           "email": ["A lead needs a phone or an e-mail."]})
+        if errors := missing_contact(current.phone, current.email):
+            raise ValidationFailed(errors=errors)
         if not diff:
             return current
         _check_contact_is_free(current, diff)
@@ -373,7 +332,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)
         try:
-            with database.atomic():
+            with transaction():
                 current.save()
         except pw.IntegrityError:
             raise Conflict("Another lead already has this phone number or e-mail.") from None
@@ -420,7 +379,7 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
     target = refs.by_public_id(refs.statuses, status_id)
     if target is None:
         raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
-    with database.atomic():
+    with transaction():
         current = _lock(lead, actor)
         _check_if_match(current, if_match)
         here = refs.statuses[current.status_id]
@@ -431,10 +390,10 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         if target.public_id not in allowed:
             raise Conflict(f"A lead in {here.name} cannot move to {target.name}. It can move to: {options}.")
         now = utcnow()
-        transition = _insert(Transition(
+        transition = Transition.create(
             workspace=current.workspace_id, lead=current, from_status=here, to_status=target, note=note,
             at=now, seconds_in_from=max(0, int((now - current.status_changed_at).total_seconds())),
-            **actor.columns()))
+            **actor.columns())
         current.status, current.status_changed_at = target, now
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)
@@ -453,7 +412,7 @@ NOTE_EXCERPT = 200   # characters of a note repeated in its timeline entry
 
 def add_note(lead: Lead, body: str, actor: Actor) -> Note:
     """Add a note: the note, its timeline entry and its audit entry in one transaction."""
-    with database.atomic():
+    with transaction():
         note = Note.create(workspace=lead.workspace_id, lead=lead, body=body, **actor.columns())
         _activity(lead, actor, "note", body[:NOTE_EXCERPT], {"note": note.public_id})
         _audit(lead, actor, "note_added", {"note": {"old": None, "new": note.public_id}})
@@ -468,7 +427,7 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
     """
     if kind not in CONTACT_KINDS:
         raise ValueError(f"not a contact kind: {kind}")
-    with database.atomic():
+    with transaction():
         current = _lock(lead, actor)
         before = {"last_activity_at": current.last_activity_at, "score": current.score}
         activity = _activity(current, actor, kind, summary, at=occurred_at)

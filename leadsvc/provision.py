@@ -18,7 +18,7 @@ import marshmallow as ma
 import peewee as pw
 from marshmallow import validate
 
-from .db import database
+from .db import transaction
 from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, Member, Rule,
                      Source, Status, Team, Workspace)
 
@@ -287,7 +287,7 @@ def _upsert(model, workspace: Workspace, lookup: dict[str, Any], values: dict[st
     if row is None:
         return model.create(workspace=workspace, **lookup, **values)
     changed = [key for key, value in values.items()
-               if row.__data__.get(key) != (value.id if isinstance(value, pw.Model) else value)]
+               if _stored(row, key) != (value.id if isinstance(value, pw.Model) else value)]
     if changed:
         for key in changed:
             setattr(row, key, values[key])
@@ -295,9 +295,14 @@ def _upsert(model, workspace: Workspace, lookup: dict[str, Any], values: dict[st
     return row
 
 
+def _stored(row: pw.Model, key: str) -> Any:
+    """A column's stored value: a foreign key's id (`team_id`), without loading the row it names."""
+    return getattr(row, f"{key}_id" if hasattr(type(row), f"{key}_id") else key)
+
+
 def apply_setup(data: dict[str, Any]) -> SetupResult:
     """Create or update the workspace described by checked setup data, in one transaction."""
-    with database.atomic():
+    with transaction():
         ws = data["workspace"]
         workspace = Workspace.get_or_none(Workspace.name == ws["name"])
         if workspace is None:

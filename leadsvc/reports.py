@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator, Mapping
 
+import marshmallow as ma
 import peewee as pw
 from flask.views import MethodView
 
 from .auth import Caller, caller, lead_scope, requires, sees_whole_workspace
 from .db import database, is_postgres
-from .documents import Refs, json_response, member_ref, ref, request_refs, status_ref
+from .documents import MemberRefSchema, Refs, StatusRefSchema, json_response, member_ref, ref, request_refs, status_ref
 from .extensions import Blueprint
 from .listing import ReportFilterQuery, filter_leads
 from .models import Lead, Transition
-from .schemas import ConversionSchema, FunnelSchema, VelocitySchema, one
+from .schemas import RefSchema, one
 
 blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
                 description="Funnel, velocity and conversion of the leads in the caller's scope.")
@@ -105,6 +106,73 @@ def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durat
         rank = -(-count * p // 100)   # ceil(count * p / 100)
         found[name] = int(query.select(value).order_by(value).limit(1).offset(rank - 1).scalar()) if count else None
     return found
+
+
+
+# --- what the reports look like ---------------------------------------------------------------
+
+RATE_HELP = "Rounded to 4 decimals; null when there is nothing to divide by."
+RANK_HELP = "Nearest rank: the smallest value with at least p% of the values at or below it."
+
+
+class FunnelStageSchema(ma.Schema):
+    status = ma.fields.Nested(StatusRefSchema, required=True)
+    reached = ma.fields.Integer(required=True, metadata={
+        "description": "Leads with at least one transition into this status (each lead counted once)."})
+    conversion = ma.fields.Float(allow_none=True, required=True, metadata={
+        "description": "reached / reached of the previous stage that is not `lost`, in pipeline order; "
+                       "null for the first stage and for lost stages. " + RATE_HELP})
+
+
+class FunnelSchema(ma.Schema):
+    leads = ma.fields.Integer(required=True, metadata={"description": "Leads in scope that match the filters."})
+    stages = ma.fields.List(ma.fields.Nested(FunnelStageSchema), required=True,
+                            metadata={"description": "Every status, in pipeline order."})
+
+
+class DurationsSchema(ma.Schema):
+    count = ma.fields.Integer(required=True)
+    median_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "The 50th percentile by nearest rank (for an even count, the lower middle value)."})
+    p90_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "The 90th percentile by nearest rank. " + RANK_HELP})
+
+
+class VelocityStageSchema(DurationsSchema):
+    status = ma.fields.Nested(StatusRefSchema, required=True, metadata={
+        "description": "Time spent in this status, from every transition out of it."})
+
+
+class VelocitySchema(ma.Schema):
+    stages = ma.fields.List(ma.fields.Nested(VelocityStageSchema), required=True,
+                            metadata={"description": "Every status, in pipeline order."})
+    time_to_won = ma.fields.Nested(DurationsSchema, required=True, metadata={
+        "description": "From a lead's creation to its move into the won status it is in now."})
+
+
+class OutcomeSchema(ma.Schema):
+    leads = ma.fields.Integer(required=True)
+    open = ma.fields.Integer(required=True)
+    won = ma.fields.Integer(required=True)
+    lost = ma.fields.Integer(required=True)
+    won_rate = ma.fields.Float(allow_none=True, required=True, metadata={
+        "description": "won / (won + lost), by each lead's current status. " + RATE_HELP})
+
+
+class SourceOutcomeSchema(OutcomeSchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+
+
+class OwnerOutcomeSchema(OutcomeSchema):
+    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
+
+
+class ConversionSchema(ma.Schema):
+    overall = ma.fields.Nested(OutcomeSchema, required=True)
+    by_source = ma.fields.List(ma.fields.Nested(SourceOutcomeSchema), required=True,
+                               metadata={"description": "Sources with at least one lead, by name; no source last."})
+    by_owner = ma.fields.List(ma.fields.Nested(OwnerOutcomeSchema), required=True,
+                              metadata={"description": "Owners with at least one lead, by name; no owner last."})
 
 
 # --- the reports -----------------------------------------------------------------------------

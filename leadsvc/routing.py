@@ -2,22 +2,24 @@
 
 Rules are tried in position order; the first whose conditions all hold and that has someone
 active to give the lead to assigns it. Otherwise the fallback is round robin over every active
-agent of the workspace. Rotation state lives in the database, on the rule (or, for the fallback,
-the workspace) that rotates. The create transaction locks that one row: a rotation advances in
-one UPDATE that locks it, least-open locks the rule before it reads the open-lead counts. So
-creates routed by the same rule take turns (across processes), and creates routed by different
-rules do not wait for each other.
+agent of the workspace. `Router` is that choice; where its state lives is a `Turns`: in the
+database for the API, web forms and imports (`route`), in memory for synthetic demo data.
+
+In the database, rotation state is on the rule (or, for the fallback, the workspace) that
+rotates, and the create transaction locks that one row before reading it; least-open locks the
+rule before it reads the open-lead counts. So creates routed by the same rule take turns (across
+processes), and creates routed by different rules do not wait for each other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Protocol
 
 import peewee as pw
 
-from .db import Prepared, database, for_update
+from .db import for_update
 from .models import Lead, Member, OpenLeadCount, Rule, Status, Workspace
 
 
@@ -51,70 +53,83 @@ def matches(conditions: Mapping[str, Any], lead: Mapping[str, Any]) -> bool:
     return True
 
 
-# Each create runs them: their SQL is built once per database.
-_open_leads_in_team = Prepared(lambda team: OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
-                               .join(Member).where(Member.team == team))
-_locked_rule = Prepared(lambda rule: for_update(Rule.select(Rule.id).where(Rule.id == rule)))
+class Turns(Protocol):
+    """Where a strategy keeps its state: whose turn it is, how many open leads each agent has."""
+
+    def after_last(self, holder: Any, agents: list[Any]) -> Any | None:
+        """The agent after the holder's last one (by id, wrapping around), now its last one;
+        the holder is a rule, or None for the workspace's fallback rotation."""
+
+    def least_open(self, rule: Any, agents: list[Any]) -> Any | None:
+        """The agent with the fewest open leads (ties: the earliest member)."""
+
+
+def next_after(last_id: int | None, agents: list[Any]) -> Any:
+    """The first agent (in id order) after the one with last_id, wrapping around."""
+    return next((agent for agent in agents if agent.id > (last_id or 0)), agents[0])
+
+
+class Router:
+    """The workspace's rules in position order, then round robin over all its active agents."""
+
+    def __init__(self, members: Iterable[Any], rules: Iterable[Any]):
+        self.members = {member.id: member for member in members}
+        self.agents = sorted((m for m in self.members.values() if m.active and m.role == "agent"),
+                             key=lambda m: m.id)
+        self.rules = list(rules)
+
+    def assign(self, lead: Mapping[str, Any], turns: Turns) -> Assignment:
+        """Who gets a lead ({source: src public id, estimated_value, custom_fields}), and why."""
+        for rule in self.rules:
+            if not matches(rule.conditions, lead):
+                continue
+            if rule.strategy == "member":
+                member = self.members.get(rule.member_id)
+                member = member if member is not None and member.active else None
+            else:
+                team = [agent for agent in self.agents if agent.team_id == rule.team_id]
+                if not team:
+                    continue
+                member = (turns.least_open(rule, team) if rule.strategy == "least_open"
+                          else turns.after_last(rule, team))
+            if member is not None:   # None: no one to give it to, or the rule is gone
+                return Assignment(member, {"rule": rule.public_id, "rule_name": rule.name,
+                                           "strategy": rule.strategy, "member": member.public_id})
+        member = turns.after_last(None, self.agents) if self.agents else None
+        return Assignment(member, {"rule": None, "strategy": "round_robin",
+                                   "member": member.public_id if member else None})
+
+
+class DatabaseTurns:
+    """Rotation state on the rule (or, for the fallback, the workspace) row, and open-lead counts
+    kept by triggers. Each strategy locks the row it rotates until the transaction ends."""
+
+    def __init__(self, workspace_id: int):
+        self.workspace_id = workspace_id
+
+    def after_last(self, holder: Rule | None, agents: list[Member]) -> Member | None:
+        model, holder_id = (Workspace, self.workspace_id) if holder is None else (Rule, holder.id)
+        row = for_update(model.select(model.id, model.rotation_last_member_id)
+                         .where(model.id == holder_id)).first()
+        if row is None:
+            return None   # the rule was deleted meanwhile
+        agent = next_after(row.rotation_last_member_id, agents)
+        model.update(rotation_last_member_id=agent.id).where(model.id == holder_id).execute()
+        return agent
+
+    def least_open(self, rule: Rule, agents: list[Member]) -> Member | None:
+        if for_update(Rule.select(Rule.id).where(Rule.id == rule.id)).first() is None:
+            return None
+        counts = dict(OpenLeadCount.select(OpenLeadCount.member, OpenLeadCount.open_leads)
+                      .where(OpenLeadCount.member.in_([agent.id for agent in agents])).tuples())
+        return min(agents, key=lambda a: (counts.get(a.id, 0), a.id))
 
 
 def route(workspace_id: int, lead: Mapping[str, Any], members: Mapping[int, Member], rules: list[Rule]) -> Assignment:
     """Choose the owner of a new lead among the workspace's members (by internal id), by its rules
     in order (as cached with the reference tables). Call inside the create transaction: the state a
     strategy reads is locked there until the lead is written."""
-    agents = sorted((m for m in members.values() if m.active and m.role == "agent"), key=lambda m: m.id)
-    for rule in rules:
-        if not matches(rule.conditions, lead):
-            continue
-        reason = {"rule": rule.public_id, "rule_name": rule.name, "strategy": rule.strategy}
-        if rule.strategy == "member":
-            member = members.get(rule.member_id)
-            member = member if member is not None and member.active else None
-        else:
-            team = [agent for agent in agents if agent.team_id == rule.team_id]
-            if not team:
-                continue
-            if rule.strategy == "least_open":
-                member = _least_open(team) if _lock_rule(rule.id) else None
-            else:
-                member = _rotate(Rule, rule.id, team)
-        if member is not None:   # None: no one to give it to, or the rule is gone
-            return Assignment(member, {**reason, "member": member.public_id})
-    member = _rotate(Workspace, workspace_id, agents) if agents else None
-    return Assignment(member, {"rule": None, "strategy": "round_robin",
-                               "member": member.public_id if member else None})
-
-
-def _lock_rule(rule_id: int) -> bool:
-    """Lock the rule's row until the transaction ends (SQLite: already the only writer); False
-    when the rule is gone."""
-    return bool(_locked_rule(rule_id))
-
-
-_rotate_sql: dict[tuple[int, type, int], str] = {}
-
-
-def _rotate(model: type[Rule] | type[Workspace], holder_id: int, agents: list[Member]) -> Member | None:
-    """The agent after the holder's last one (by id, wrapping around), recorded as its new last
-    one by one UPDATE, which also locks the holder's row until the transaction ends; None when the
-    holder is gone. The agents come in id order."""
-    key = (id(database.obj), model, len(agents))
-    if key not in _rotate_sql:
-        table, p = model._meta.table_name, database.param
-        _rotate_sql[key] = (
-            f'UPDATE "{table}" SET "rotation_last_member_id" = COALESCE('
-            f'(SELECT MIN("column1") FROM (VALUES {", ".join([f"({p})"] * len(agents))}) AS "agent" '
-            f'WHERE "column1" > COALESCE("{table}"."rotation_last_member_id", 0)), {p}) '
-            f'WHERE "id" = {p} RETURNING "rotation_last_member_id"')
-    ids = [agent.id for agent in agents]
-    rows = database.execute_kept(_rotate_sql[key], [*ids, ids[0], holder_id]).fetchall()
-    return next((agent for agent in agents if agent.id == rows[0][0]), None) if rows else None
-
-
-def _least_open(agents: list[Member]) -> Member:
-    """The agent with the fewest open leads; ties go to the earliest member."""
-    # Counted by triggers as leads are written: counting here would scan the team's leads.
-    counts = {row.member_id: row.open_leads for row in _open_leads_in_team(agents[0].team_id)}
-    return min(agents, key=lambda a: (counts.get(a.id, 0), a.id))
+    return Router(members.values(), rules).assign(lead, DatabaseTurns(workspace_id))
 
 
 def recount_open_leads(workspace_id: int) -> None:

@@ -202,6 +202,14 @@ class CustomFieldValues(ma.fields.Dict):
 
 # --- leads: input ----------------------------------------------------------------------------
 
+def missing_contact(phone: str | None, email: str | None) -> dict[str, list[str]] | None:
+    """A lead needs a phone or an e-mail (or both): the errors when it has neither."""
+    if phone or email:
+        return None
+    message = "Give a phone number or an e-mail address (or both)."
+    return {"phone": [message], "email": [message]}
+
+
 class LeadCreateSchema(ma.Schema):
     first_name = Text(NAME_LENGTH)
     last_name = Text(NAME_LENGTH)
@@ -213,9 +221,8 @@ class LeadCreateSchema(ma.Schema):
 
     @ma.validates_schema
     def _phone_or_email(self, data, **kwargs):
-        if not data.get("phone") and not data.get("email"):
-            message = "Give a phone number or an e-mail address (or both)."
-            raise ma.ValidationError({"phone": [message], "email": [message]})
+        if errors := missing_contact(data.get("phone"), data.get("email")):
+            raise ma.ValidationError(errors)
 
 
 class LeadPatchSchema(ma.Schema):
@@ -248,101 +255,6 @@ class LeadReadQuery(ma.Schema):
         unknown = [part for part in value.split(",") if part.strip() not in ("activities", "notes")]
         if unknown:
             raise ma.ValidationError(f"Unknown include {', '.join(unknown)!s}; use activities and/or notes.")
-
-
-# --- leads: output (documentation of documents.py) -------------------------------------------
-
-class ContactSchema(ma.Schema):
-    first_name = ma.fields.String(required=True)
-    last_name = ma.fields.String(required=True)
-    full_name = ma.fields.String(required=True)
-    phone = ma.fields.String(allow_none=True, required=True, metadata={"description": "E.164"})
-    email = ma.fields.String(allow_none=True, required=True)
-
-
-class StatusRefSchema(RefSchema):
-    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
-    position = ma.fields.Integer(required=True)
-
-
-class MemberRefSchema(RefSchema):
-    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
-
-
-class ScoreReasonSchema(ma.Schema):
-    reason = ma.fields.String(required=True)
-    points = ma.fields.Integer(required=True)
-
-
-class ActorSchema(ma.Schema):
-    type = ma.fields.String(required=True, metadata={"enum": ["token", "form", "system"]})
-    id = ma.fields.String()
-    name = ma.fields.String()
-    member = ma.fields.Nested(MemberRefSchema, allow_none=True)
-
-
-class ActivitySchema(ma.Schema):
-    id = ma.fields.String(required=True)
-    kind = ma.fields.String(required=True)
-    summary = ma.fields.String(required=True)
-    data = ma.fields.Dict(required=True)
-    occurred_at = ma.fields.String(required=True)
-    created_at = ma.fields.String(required=True)
-    actor = ma.fields.Nested(ActorSchema, required=True)
-
-
-class NoteSchema(ma.Schema):
-    id = ma.fields.String(required=True)
-    body = ma.fields.String(required=True)
-    created_at = ma.fields.String(required=True)
-    author = ma.fields.Nested(ActorSchema, required=True)
-
-
-class LeadSchema(ma.Schema):
-    id = ma.fields.String(required=True)
-    contact = ma.fields.Nested(ContactSchema, required=True)
-    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
-    status = ma.fields.Nested(StatusRefSchema, required=True)
-    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
-    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
-    estimated_value = ma.fields.Float(allow_none=True, required=True)
-    currency = ma.fields.String(required=True)
-    custom_fields = ma.fields.Dict(required=True)
-    score = ma.fields.Integer(required=True)
-    score_band = ma.fields.String(required=True, metadata={"enum": ["hot", "warm", "cold"]})
-    score_reasons = ma.fields.List(ma.fields.Nested(ScoreReasonSchema), required=True)
-    created_at = ma.fields.String(required=True)
-    updated_at = ma.fields.String(required=True)
-    last_activity_at = ma.fields.String(allow_none=True, required=True)
-    status_changed_at = ma.fields.String(required=True)
-    activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
-    notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
-
-
-class LeadCreatedSchema(ma.Schema):
-    data = ma.fields.Nested(LeadSchema, required=True)
-    duplicate = ma.fields.Boolean(required=True)
-    matched_on = ma.fields.List(ma.fields.String(), metadata={"description": "On duplicates: phone and/or email."})
-
-
-class LeadListMetaSchema(MetaSchema):
-    unknown_filters = ma.fields.List(ma.fields.String(), metadata={
-        "description": "filter[...] keys the service does not know; the page is empty because of them."})
-
-
-class TransitionSchema(ma.Schema):
-    id = ma.fields.String(required=True)
-    from_ = ma.fields.Nested(StatusRefSchema, allow_none=True, required=True, data_key="from")
-    to = ma.fields.Nested(StatusRefSchema, required=True)
-    note = ma.fields.String(allow_none=True, required=True)
-    actor = ma.fields.Nested(ActorSchema, required=True)
-    at = ma.fields.String(required=True)
-    seconds_in_from = ma.fields.Integer(allow_none=True, required=True)
-
-
-class StatusMoveResultSchema(ma.Schema):
-    data = ma.fields.Nested(LeadSchema, required=True)
-    transition = ma.fields.Nested(TransitionSchema, required=True)
 
 
 # --- timeline --------------------------------------------------------------------------------
@@ -389,99 +301,9 @@ class ActivityCreateSchema(ma.Schema):
             raise ma.ValidationError("An activity cannot have happened in the future.")
 
 
-class NoteDocumentSchema(ma.Schema):
-    data = ma.fields.Nested(NoteSchema, required=True)
-
-
-class ActivityLoggedSchema(ma.Schema):
-    data = ma.fields.Nested(ActivitySchema, required=True)
-    lead = ma.fields.Nested(LeadSchema, required=True, metadata={"description": "The lead as it is now."})
-
-
-class AuditChangeSchema(ma.Schema):
-    old = ma.fields.Raw(allow_none=True, required=True)
-    new = ma.fields.Raw(allow_none=True, required=True)
-
-
-class AuditEntrySchema(ma.Schema):
-    id = ma.fields.String(required=True)
-    action = ma.fields.String(required=True, metadata={
-        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged"]})
-    changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
-    request_id = ma.fields.String(allow_none=True, required=True)
-    actor = ma.fields.Nested(ActorSchema, required=True)
-    at = ma.fields.String(required=True)
-
-
 class HistoryQuery(ma.Schema):
     page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
     page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
-
-
-# --- reports (documentation of reports.py) ---------------------------------------------------
-
-RATE_HELP = "Rounded to 4 decimals; null when there is nothing to divide by."
-RANK_HELP = "Nearest rank: the smallest value with at least p% of the values at or below it."
-
-
-class FunnelStageSchema(ma.Schema):
-    status = ma.fields.Nested(StatusRefSchema, required=True)
-    reached = ma.fields.Integer(required=True, metadata={
-        "description": "Leads with at least one transition into this status (each lead counted once)."})
-    conversion = ma.fields.Float(allow_none=True, required=True, metadata={
-        "description": "reached / reached of the previous stage that is not `lost`, in pipeline order; "
-                       "null for the first stage and for lost stages. " + RATE_HELP})
-
-
-class FunnelSchema(ma.Schema):
-    leads = ma.fields.Integer(required=True, metadata={"description": "Leads in scope that match the filters."})
-    stages = ma.fields.List(ma.fields.Nested(FunnelStageSchema), required=True,
-                            metadata={"description": "Every status, in pipeline order."})
-
-
-class DurationsSchema(ma.Schema):
-    count = ma.fields.Integer(required=True)
-    median_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
-        "description": "The 50th percentile by nearest rank (for an even count, the lower middle value)."})
-    p90_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
-        "description": "The 90th percentile by nearest rank. " + RANK_HELP})
-
-
-class VelocityStageSchema(DurationsSchema):
-    status = ma.fields.Nested(StatusRefSchema, required=True, metadata={
-        "description": "Time spent in this status, from every transition out of it."})
-
-
-class VelocitySchema(ma.Schema):
-    stages = ma.fields.List(ma.fields.Nested(VelocityStageSchema), required=True,
-                            metadata={"description": "Every status, in pipeline order."})
-    time_to_won = ma.fields.Nested(DurationsSchema, required=True, metadata={
-        "description": "From a lead's creation to its move into the won status it is in now."})
-
-
-class OutcomeSchema(ma.Schema):
-    leads = ma.fields.Integer(required=True)
-    open = ma.fields.Integer(required=True)
-    won = ma.fields.Integer(required=True)
-    lost = ma.fields.Integer(required=True)
-    won_rate = ma.fields.Float(allow_none=True, required=True, metadata={
-        "description": "won / (won + lost), by each lead's current status. " + RATE_HELP})
-
-
-class SourceOutcomeSchema(OutcomeSchema):
-    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
-
-
-class OwnerOutcomeSchema(OutcomeSchema):
-    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
-
-
-class ConversionSchema(ma.Schema):
-    overall = ma.fields.Nested(OutcomeSchema, required=True)
-    by_source = ma.fields.List(ma.fields.Nested(SourceOutcomeSchema), required=True,
-                               metadata={"description": "Sources with at least one lead, by name; no source last."})
-    by_owner = ma.fields.List(ma.fields.Nested(OwnerOutcomeSchema), required=True,
-                              metadata={"description": "Owners with at least one lead, by name; no owner last."})
 
 
 # --- web forms -------------------------------------------------------------------------------

@@ -24,7 +24,9 @@ from waitress import wasyncore
 from waitress.server import create_server
 from waitress.task import ThreadedTaskDispatcher
 
-from .db import READ_METHODS, database
+from .db import database
+
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 log = logging.getLogger("leadsvc")
 

@@ -20,6 +20,7 @@ import bisect
 import contextlib
 import itertools
 import json
+import logging
 import multiprocessing
 import random
 from dataclasses import dataclass
@@ -32,10 +33,12 @@ from typing import Any, Callable, Iterator, Sequence
 import peewee as pw
 
 from . import routing
-from .db import database, is_postgres
+from .db import database, is_postgres, transaction
 from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, Member, Rule,
                      Source, Status, Transition, Workspace, utcnow)
 from .scoring import ENGAGEMENT_POINTS, score_lead
+
+log = logging.getLogger("leadsvc")
 
 CHUNK = 10_000             # leads per transaction
 WORKERS = 2                # processes generating rows while the main one writes
@@ -121,41 +124,20 @@ class _Ids:
         return pool.pop()
 
 
-class _Router:
-    """Who would get each lead: the workspace's rules in order, then round robin over all agents.
+class _Turns:
+    """Routing state in memory (routing.Turns): each generator keeps its own rotations, and
+    least-open rotates too (the open counts of a fresh pipeline stay even)."""
 
-    Round robin and least-open both rotate here (a fresh pipeline has even open counts anyway).
-    """
+    def __init__(self) -> None:
+        self.last: dict[int | None, int] = {}
 
-    def __init__(self, workspace: Workspace, members: list[SimpleNamespace]):
-        active_agents = [m for m in members if m.active and m.role == "agent"]
-        self.rules = []
-        for row in Rule.select().where(Rule.workspace == workspace.id).order_by(Rule.position, Rule.id):
-            rule = _plain(row, "id", "public_id", "name", "strategy", "conditions", "member_id", "team_id")
-            if rule.strategy == "member":
-                pool = [m for m in members if m.id == rule.member_id and m.active]
-            else:
-                pool = [m for m in active_agents if m.team_id == rule.team_id]
-            if pool:
-                self.rules.append((rule, pool))
-        self.fallback = active_agents
-        if not self.fallback and not self.rules:
-            raise ValueError("The workspace has no active agents to own leads.")
-        self.turn: dict[int, int] = {}
+    def after_last(self, holder: Any, agents: list[Any]) -> Any:
+        key = None if holder is None else holder.id
+        agent = routing.next_after(self.last.get(key), agents)
+        self.last[key] = agent.id
+        return agent
 
-    def route(self, lead: dict[str, Any]) -> routing.Assignment:   # member: a plain Member
-        for rule, pool in self.rules:
-            if routing.matches(rule.conditions, lead):
-                member = self._next(rule.id, pool)
-                return routing.Assignment(member, {"rule": rule.public_id, "rule_name": rule.name,
-                                                   "strategy": rule.strategy, "member": member.public_id})
-        member = self._next(0, self.fallback)
-        return routing.Assignment(member, {"rule": None, "strategy": "round_robin", "member": member.public_id})
-
-    def _next(self, key: int, pool: list[SimpleNamespace]) -> SimpleNamespace:
-        turn = self.turn.get(key, -1) + 1
-        self.turn[key] = turn
-        return pool[turn % len(pool)]
+    least_open = after_last
 
 
 class _Writer:
@@ -241,7 +223,11 @@ class Generator:
         self.now = now
         members = [_plain(m, "id", "public_id", "name", "role", "team_id", "active")
                    for m in Member.select().where(Member.workspace == ws).order_by(Member.id)]
-        self.router = _Router(workspace, members)
+        rules = [_plain(r, "id", "public_id", "name", "strategy", "conditions", "member_id", "team_id")
+                 for r in Rule.select().where(Rule.workspace == ws).order_by(Rule.position, Rule.id)]
+        self.router, self.turns = routing.Router(members, rules), _Turns()
+        if not self.router.agents and not rules:
+            raise ValueError("The workspace has no active agents to own leads.")
         statuses = list(Status.select().where(Status.workspace == ws))
         if not statuses:
             raise ValueError("The workspace has no pipeline statuses.")
@@ -286,7 +272,7 @@ class Generator:
 
     def assigned(self, lead: dict[str, Any]) -> tuple[SimpleNamespace, str, str]:
         """The owner, and the `assigned` activity's summary and data (JSON) for a new lead."""
-        assignment = self.router.route(lead)
+        assignment = self.router.assign(lead, self.turns)
         key = (assignment.reason.get("rule"), assignment.member.id)
         if key not in self.assignment_text:
             self.assignment_text[key] = (assignment.summary, _dumps(assignment.reason))
@@ -406,12 +392,12 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
     fresh = not Lead.select().exists()
     written = 0
     with _bulk_session():
-        with (database.atomic() if fresh else _nothing()), \
+        with (transaction() if fresh else _nothing()), \
                 (_indexes_built_after((Lead, Transition, Activity)) if fresh else _nothing()):
-            with database.atomic():
+            with transaction():
                 first_id = writer.reserve_lead_ids(count)
             for out in _generated(generator, count, first_id):
-                with database.atomic():
+                with transaction():
                     writer.check_ids_free(out["lead"][0][0])
                     if start > 0:   # an empty workspace cannot clash with our own unique numbers
                         out = _without_taken(out, workspace.id)
@@ -435,12 +421,11 @@ def gather_statistics() -> None:
     if is_postgres():
         database.execute_sql("VACUUM (ANALYZE) lead, transition, activity")   # never inside a transaction
         return
-    # In a transaction, so on the writer connection: a full ANALYZE of a million leads and their
-    # history reads every index (17 s), a sample of each index takes 0.1 s.
-    with database.atomic():
-        database.execute_sql("PRAGMA analysis_limit = 1000")
-        database.execute_sql("ANALYZE")
-        database.execute_sql("PRAGMA analysis_limit = 0")   # the default: ANALYZE reads everything
+    # A full ANALYZE of a million leads and their history reads every index; a sample of each
+    # index is enough for the planner.
+    database.execute_sql("PRAGMA analysis_limit = 1000")
+    database.execute_sql("ANALYZE")
+    database.execute_sql("PRAGMA analysis_limit = 0")   # the default: ANALYZE reads everything
 
 
 def _produce(generator: Generator, chunks: list[tuple[int, int, list[datetime]]],
@@ -547,22 +532,33 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 
 
 class _bulk_session:
-    """SQLite only, for the connection that runs the writes while loading: no fsync per commit
-    and a large page cache."""
+    """SQLite only, for this thread's connection, which runs the writes: no fsync per commit and
+    a large page cache while loading; afterwards the whole load is copied from the WAL into the
+    database file, so the file is complete on its own."""
+
+    PRAGMAS = {
+        "foreign_keys": "OFF",   # the generator makes every reference itself: no lookup per row
+        "synchronous": "OFF",
+        "cache_size": -1000000,
+        "threads": 2,            # CREATE INDEX sorts in parallel
+    }
 
     def __enter__(self):
         if not is_postgres():
-            self.saved = database.obj.writer_pragmas({
-                "foreign_keys": "OFF",   # the generator makes every reference itself: no lookup per row
-                "synchronous": "OFF",
-                "cache_size": -1000000,
-                "threads": 2,            # CREATE INDEX sorts in parallel
-            })
+            self.saved = {name: database.execute_sql(f"PRAGMA {name}").fetchone()[0] for name in self.PRAGMAS}
+            _set_pragmas(self.PRAGMAS)
         return self
 
     def __exit__(self, *exc):
         if not is_postgres():
-            database.obj.writer_pragmas(self.saved)
-            database.obj.truncate_wal()
+            _set_pragmas(self.saved)
+            busy, _, _ = database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                log.warning("The WAL could not be wholly copied into the database (a reader held on); "
+                            "SQLite's next checkpoint goes on.")
         return False
 
+
+def _set_pragmas(values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        database.execute_sql(f"PRAGMA {name} = {value}")

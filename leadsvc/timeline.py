@@ -8,18 +8,19 @@ History lists are oldest first (the order a history is read in), keyset-paginate
 from __future__ import annotations
 
 import peewee as pw
-from flask import g, request
+from flask import request
 from flask.views import MethodView
 
 from . import cursor, pipeline
-from .auth import caller, requires, visible_lead_or_404
-from .documents import (ActorNames, activity_document, audit_document, json_response, lead_document,
-                        note_document, request_refs, transition_document)
+from .auth import requires, visible_lead_or_404
+from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, NoteDocumentSchema, TransitionSchema,
+                        activity_document, audit_document, json_response, lead_document, note_document, request_refs,
+                        transition_document)
 from .extensions import Blueprint
+from .leads import actor
 from .listing import next_link
 from .models import AuditEntry, Lead, Transition
-from .schemas import (ActivityCreateSchema, ActivityLoggedSchema, AuditEntrySchema, HistoryQuery,
-                      NoteCreateSchema, NoteDocumentSchema, TransitionSchema, page_of)
+from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema, page_of
 
 blp = Blueprint("timeline", __name__, url_prefix="/api/v1/leads",
                 description="A lead's timeline (notes, logged contacts) and its history (stage moves, audit).")
@@ -28,10 +29,6 @@ HISTORY_ORDERS = {
     "transitions": cursor.Order(Transition.at, Transition.public_id, descending=False),
     "audit": cursor.Order(AuditEntry.at, AuditEntry.public_id, descending=False),
 }
-
-
-def actor() -> pipeline.Actor:
-    return pipeline.actor_for(caller(), g.request_id)
 
 
 def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, document) -> dict:

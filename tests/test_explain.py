@@ -56,7 +56,7 @@ def test_list_queries_use_the_scope_index_for_filter_and_order(big_ws):
 def test_the_duplicate_lookup_reads_the_contact_indexes(big_ws):
     # A sample of the e-mail index sees only NULLs; planned on it, the lookup scanned the workspace.
     workspace = Workspace.get(Workspace.public_id == big_ws.public_id)
-    text = plan(pipeline._leads_with_contact.build(workspace.id, "+919800000042", "someone@example.test"))
+    text = plan(pipeline.leads_with_contact(workspace.id, "+919800000042", "someone@example.test"))
     assert "lead_workspace_id_phone" in text and "lead_workspace_id_email" in text, text
     if is_postgres():
         assert '"Seq Scan"' not in text, text

@@ -161,25 +161,3 @@ def test_postgresql_dying_mid_request_is_503_and_the_next_request_gets_a_fresh_c
     retried = client.post("/api/v1/leads", json=body, headers=headers)
     assert retried.status_code == 201, "the dead connection left the pool; nothing was half-written"
     assert "Idempotent-Replayed" not in retried.headers
-
-
-@pytest.mark.only_on("postgresql")
-def test_the_pool_pings_a_connection_only_after_it_sat_idle(app, backend, monkeypatch):
-    # peewee sends SELECT 1 on every checkout; a connection back in the pool for less than
-    # PING_IDLE_SECONDS is taken as it is (HikariCP's rule), an older one is pinged first.
-    pool = database.obj
-    pings = []
-    ping = pool._adapter.is_connection_closed
-    monkeypatch.setattr(pool._adapter, "is_connection_closed", lambda conn: pings.append(conn) or ping(conn))
-    database.close()
-    database.connect()
-    conn = database.connection()   # the pool's oldest connection, which every checkout takes first
-    database.close()
-    pings.clear()
-    database.connect()
-    assert database.connection() is conn and pings == [], "just returned: no round trip"
-    database.close()
-    conn._leadsvc_returned_at -= pool.PING_IDLE_SECONDS
-    database.connect()
-    assert database.connection() is conn and pings == [conn], "idle for PING_IDLE_SECONDS: pinged"
-    database.close()

@@ -17,12 +17,10 @@ def counts(ws) -> dict[str, int]:
 def failing_history(monkeypatch):
     """The history of a new lead (transition, activities, audit entry) fails to be written, after
     the lead row."""
-    write = pipeline.insert_rows
-
-    def explode(rows):
-        write(rows[:1])   # the lead row
+    def explode(lead, assignment, actor):
+        assert Lead.select().where(Lead.id == lead.id).exists(), "the lead row is written first"
         raise RuntimeError("injected failure while writing the history")
-    monkeypatch.setattr(pipeline, "insert_rows", explode)
+    monkeypatch.setattr(pipeline, "_record_creation", explode)
 
 
 def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audit(client, ws, failing_history):
@@ -66,23 +64,3 @@ def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
     with pytest.raises(NotFound):
         pipeline.move_status(row, ws.ids.statuses["Contacted"], None, actor, refs)
     assert Lead.get_by_id(row.id).first_name == "Asha"
-
-
-def test_insert_rows_gives_later_rows_the_first_rows_id(app, ws):
-    from leadsvc.db import FIRST_ROW_ID, database, insert_rows
-    from leadsvc.models import Status, utcnow
-
-    workspace = Workspace.get(Workspace.public_id == ws.public_id)
-    status = Status.select().where(Status.workspace == workspace.id).order_by(Status.position).first()
-    now = utcnow()
-    lead = Lead(workspace=workspace.id, email="rows@example.com", status=status.id, created_at=now, updated_at=now,
-                status_changed_at=now)
-    notes = [Activity(workspace=workspace.id, kind="created", summary=f"Row {n}.", data={}, occurred_at=now,
-                      created_at=now) for n in range(2)]
-    for note in notes:
-        note.lead = FIRST_ROW_ID
-    with database.atomic():
-        lead_id = insert_rows([(Lead, lead.__data__), *((Activity, note.__data__) for note in notes)])
-    assert Lead.get_by_id(lead_id).email == "rows@example.com"
-    assert [a.summary for a in Activity.select().where(Activity.lead == lead_id).order_by(Activity.id)] == \
-        ["Row 0.", "Row 1."]

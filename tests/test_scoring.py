@@ -6,7 +6,7 @@ import pytest
 
 from conftest import create_lead
 from leadsvc.config import DEFAULTS
-from leadsvc.schemas import LeadSchema
+from leadsvc.documents import LeadSchema
 from leadsvc.scoring import ENGAGEMENT_CAP, band, band_ranges, score_lead
 
 BASE = dict(phone=None, email=None, first_name="", last_name="", estimated_value=None, custom_fields={},
