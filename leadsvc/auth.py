@@ -15,6 +15,7 @@ from typing import Callable, Iterable
 import peewee as pw
 from flask import g, request
 
+from .db import database, read_rows
 from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
@@ -130,8 +131,7 @@ def _lookup_caller() -> Caller:
     if secret is None or not TOKEN_PATTERN.match(secret):
         raise Unauthenticated("The Authorization header must be 'Bearer lsk_...'.")
     digest = hash_token(secret)
-    token = (Token.select(Token, Member, Workspace).join(Member).switch(Token).join(Workspace)
-             .where(Token.secret_hash == digest).first())
+    token = _token_with_member_and_workspace(digest)
     if token is None or not hmac.compare_digest(token.secret_hash, digest):
         raise Unauthenticated("The token is not known.")
     now = utcnow()
@@ -145,6 +145,39 @@ def _lookup_caller() -> Caller:
         Token.update(last_used_at=now).where(Token.id == token.id).execute()
     return Caller(token=token, member=token.member, workspace=token.workspace,
                   abilities=effective_abilities(token.member.role, token.abilities))
+
+
+# What a caller is made of, read by every request in one query.
+_CALLER_COLUMNS = {
+    Token: (Token.id, Token.public_id, Token.workspace, Token.member, Token.name, Token.abilities, Token.secret_hash,
+            Token.last_used_at, Token.expires_at, Token.revoked_at),
+    Member: (Member.id, Member.public_id, Member.workspace, Member.team, Member.name, Member.email, Member.role,
+             Member.active),
+    Workspace: (Workspace.id, Workspace.public_id, Workspace.name, Workspace.timezone, Workspace.currency,
+                Workspace.refs_version),
+}
+_CALLER_COLUMN_LIST = tuple(column for columns in _CALLER_COLUMNS.values() for column in columns)
+_DIGEST = "\x00digest\x00"   # stands for the digest in the query's SQL, which is written once per database
+
+
+@functools.cache
+def _token_lookup_sql(db: pw.Database) -> str:
+    sql, params = (Token.select(*_CALLER_COLUMN_LIST).join(Member).switch(Token).join(Workspace)
+                   .where(Token.secret_hash == _DIGEST).sql())
+    assert params == [_DIGEST]
+    return sql
+
+
+def _token_with_member_and_workspace(digest: str) -> Token | None:
+    """The token with this secret hash, its member and workspace attached, or None."""
+    rows = read_rows(_CALLER_COLUMN_LIST, _token_lookup_sql(database.obj), [digest])
+    if not rows:
+        return None
+    values = iter(rows[0])
+    token, member, workspace = (model(**{column.name: next(values) for column in model_columns})
+                                for model, model_columns in _CALLER_COLUMNS.items())
+    token.member, token.workspace = member, workspace
+    return token
 
 
 def requires(ability: str | None = None) -> Callable:

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 import peewee as pw
 
@@ -88,11 +88,12 @@ def decode(cursor: str, binding: str, order: Order) -> tuple[Any, str]:
     return value, public_id
 
 
-def page(query: pw.ModelSelect, order: Order, size: int, binding: str,
-         after: str | None) -> tuple[list, str | None]:
-    """One page of rows and the cursor of the next page (None on the last)."""
+def page(query: pw.ModelSelect, order: Order, size: int, binding: str, after: str | None, *,
+         fetch: Callable[[pw.ModelSelect], list] = list) -> tuple[list, str | None]:
+    """One page of rows and the cursor of the next page (None on the last); `fetch` runs the
+    query (the lead list reads plain rows: db.read_rows)."""
     position = decode(after, binding, order) if after else None
-    rows = list(order.apply(query, position).limit(size + 1))
+    rows = fetch(order.apply(query, position).limit(size + 1))
     if len(rows) <= size:
         return rows, None
     rows = rows[:size]

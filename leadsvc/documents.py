@@ -21,7 +21,7 @@ import marshmallow as ma
 from flask import Response, g
 
 from .db import database
-from .models import CustomField, Form, Member, Rule, Source, Status, Team, Token, Workspace
+from .models import CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Workspace
 from .schemas import MetaSchema, RefSchema, rfc3339
 from .scoring import band
 
@@ -256,6 +256,12 @@ class AuditEntrySchema(ma.Schema):
 
 
 # --- building them -----------------------------------------------------------------------------
+
+# The columns lead_document reads, for queries that select only what a document needs.
+LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lead.email, Lead.source, Lead.status,
+                Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
+                Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at)
+
 
 def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
     """A lead as the API shows it (LeadSchema)."""

@@ -15,8 +15,8 @@ import peewee as pw
 
 from . import cursor
 from .config import Settings
-from .db import any_of
-from .documents import Refs
+from .db import any_of, read_rows
+from .documents import LEAD_COLUMNS, Refs
 from .models import Lead
 from .schemas import public_id_pattern
 from .scoring import band_ranges
@@ -249,4 +249,12 @@ def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, sett
     """One page of the filtered, sorted query and the cursor of the next."""
     filters = {key: value for key, value in params.items() if key not in ("sort", "page_size", "page_after")}
     return cursor.page(filter_leads(query, filters, refs, settings), SORTS[params["sort"]], params["page_size"],
-                       binding(params["sort"], filters), params.get("page_after"))
+                       binding(params["sort"], filters), params.get("page_after"), fetch=_document_rows)
+
+
+# What a page of the list reads: the document's columns, and the one the third sort orders by.
+PAGE_COLUMNS = (*LEAD_COLUMNS, Lead.activity_sort_at)
+
+
+def _document_rows(query: pw.ModelSelect) -> list:
+    return read_rows(PAGE_COLUMNS, *query.select(*PAGE_COLUMNS).sql())

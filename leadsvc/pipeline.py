@@ -168,9 +168,14 @@ def plain(value: Any) -> Any:
 
 def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
               at: datetime | None = None) -> Activity:
+    return Activity.create(**_activity_row(lead, actor, kind, summary, data, at))
+
+
+def _activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
+                  at: datetime | None = None) -> dict[str, Any]:
     now = utcnow()
-    return Activity.create(workspace=lead.workspace_id, lead=lead.id, kind=kind, summary=summary, data=data or {},
-                           occurred_at=at or now, created_at=now, **actor.columns())
+    return {"workspace": lead.workspace_id, "lead": lead.id, "kind": kind, "summary": summary, "data": data or {},
+            "occurred_at": at or now, "created_at": now, **actor.columns()}
 
 
 def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
@@ -204,20 +209,24 @@ CREATE_FIELDS = ("first_name", "last_name", "phone", "email", "source", "estimat
 
 
 def leads_with_contact(workspace_id: int, phone: str | None, email: str | None) -> pw.ModelSelect | None:
-    """The workspace's leads with this phone or this e-mail (None: neither given)."""
+    """The ids, phones and e-mails of the workspace's leads with this phone or this e-mail (None:
+    neither given). Only those columns: a create that finds none needs nothing more."""
     contact = [column == value for column, value in ((Lead.phone, phone), (Lead.email, email)) if value]
-    return Lead.select().where((Lead.workspace == workspace_id) & any_of(contact)) if contact else None
+    if not contact:
+        return None
+    return Lead.select(Lead.id, Lead.phone, Lead.email).where((Lead.workspace == workspace_id) & any_of(contact))
 
 
 def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
     """The existing lead with this phone (first) or e-mail, and which of the two it matched on."""
     query = leads_with_contact(workspace_id, phone, email)
-    candidates = [] if query is None else list(query)
+    candidates = [] if query is None else list(query.tuples())
     if not candidates:
         return None, []
-    lead = next((c for c in candidates if phone and c.phone == phone), candidates[0])
-    matched = [name for name, value in (("phone", phone), ("email", email)) if value and getattr(lead, name) == value]
-    return lead, matched
+    lead_id, lead_phone, lead_email = next((c for c in candidates if phone and c[1] == phone), candidates[0])
+    matched = [name for name, value, theirs in (("phone", phone, lead_phone), ("email", email, lead_email))
+               if value and theirs == value]
+    return Lead.get_by_id(lead_id), matched
 
 
 def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
@@ -264,8 +273,10 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
                  "owner")}
     Transition.create(workspace=lead.workspace_id, lead=lead.id, from_status=None, to_status=lead.status_id,
                       at=lead.created_at, **actor.columns())
-    _activity(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")})
-    _activity(lead, actor, "assigned", assignment.summary, assignment.reason)
+    Activity.insert_many([
+        _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
+        _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
+    ]).execute()
     _audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                     if value not in (None, "", {})})
 
