@@ -1,5 +1,5 @@
-"""The database: one proxy for the models, the connection lifecycle, write transactions,
-migrations and failure mapping."""
+"""The database: one proxy for the models, the connection lifecycle, write transactions, plain
+rows for what is only read, migrations and failure mapping."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ _databases_lock = threading.Lock()
 # busy handler and looks again after a growing pause, so under load the lock sits free while
 # writers sleep. Within a process, writers wait their turn here instead: the next one starts as
 # soon as the last commits. Other processes still meet SQLite's busy_timeout.
-_sqlite_writers: dict[str, tuple[threading.RLock, float]] = {}
+_sqlite_writers: dict[pw.Database, tuple[threading.RLock, float]] = {}
 
 
 def make_database(url: str, *, pool_size: int = 16, pool_timeout: int = 5,
@@ -62,15 +62,16 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
         if sqlite3.sqlite_version_info < SQLITE_MIN_VERSION:
             raise RuntimeError(f"SQLite {sqlite3.sqlite_version} is too old; leadsvc needs 3.38 or newer.")
         path = str(Path(unquote(url[len("sqlite:///"):])))
-        _sqlite_writers[path] = (threading.RLock(), busy_timeout_ms / 1000)
         # IMMEDIATE makes a write transaction take SQLite's write lock when it begins, so two
         # writers never both read and then fail to upgrade. Each serving thread keeps its own
         # connection and page cache: 8 MB each keeps a process well under 200 MB, and the
         # operating system's file cache serves the rest.
-        return pw.SqliteDatabase(path, lock_type="IMMEDIATE", pragmas={
+        db = pw.SqliteDatabase(path, lock_type="IMMEDIATE", pragmas={
             "journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
             "synchronous": "normal", "cache_size": -8000, "temp_store": "memory",
         })
+        _sqlite_writers[db] = (threading.RLock(), busy_timeout_ms / 1000)
+        return db
     return PooledPostgresqlDatabase(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
         password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
@@ -86,8 +87,8 @@ def transaction() -> Iterator[None]:
     Every write that touches several rows goes through here. Nested, it is a savepoint of the
     outer transaction, which already has the turn.
     """
-    writer = _sqlite_writers.get(getattr(database.obj, "database", None))
-    if writer is None or not isinstance(database.obj, pw.SqliteDatabase):
+    writer = _sqlite_writers.get(database.obj)
+    if writer is None:   # PostgreSQL: rows are locked where they are written
         with database.atomic():
             yield
         return
