@@ -149,7 +149,7 @@ class _Writer:
     def write(self, model: type[pw.Model], columns: Sequence[str], rows: list[tuple]) -> None:
         if not rows:
             return
-        table = model._meta.table_name
+        table = model._meta.table_name   # peewee's documented model metadata
         names = ", ".join(f'"{c}"' for c in columns)
         cursor = database.cursor()
         if self.postgres:

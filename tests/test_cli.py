@@ -1,4 +1,4 @@
-"""The `leadsvc` command: demo, setup, tokens, openapi, check and migrate, with the shapes DESIGN section 12 gives."""
+"""The `leadsvc` command: demo, setup, tokens, openapi, check and migrate, with the JSON shapes the contract gives."""
 
 import json
 import re

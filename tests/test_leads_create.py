@@ -224,7 +224,7 @@ def test_create_needs_the_leads_create_ability(client, ws):
 
 def test_public_ids_start_with_their_second_then_keep_16_random_digits(monkeypatch):
     # Ids made in the same second sit side by side in a unique index (a new row lands on a page in
-    # memory); DESIGN still asks for at least 16 random base-62 digits after the prefix.
+    # memory); the contract still asks for at least 16 random base-62 digits after the prefix.
     from types import SimpleNamespace
 
     from leadsvc import models

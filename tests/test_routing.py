@@ -1,4 +1,4 @@
-"""Distribution rules (DESIGN section 7): ordered rules, strategies, fallback, inactive members, reasons."""
+"""Distribution rules: ordered rules, strategies, fallback, inactive members, reasons."""
 
 from collections import Counter
 

@@ -84,7 +84,7 @@ def cases():
 
 
 def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
-    """The documented answer (DESIGN section 3): 401, then 403, then 404 outside the scope."""
+    """The documented answer: 401, then 403, then 404 outside the scope."""
     if caller == "revoked":
         return 401
     if endpoint.ability and (caller == "lacking" or (caller == "agent" and endpoint.ability in AGENT_EXCLUDED)):

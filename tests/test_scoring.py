@@ -1,4 +1,4 @@
-"""Score (DESIGN section 8): the sum of its reasons, clamped to 0..100, won 100, lost 0, banded by config."""
+"""Score: the sum of its reasons, clamped to 0..100, won 100, lost 0, banded by config."""
 
 from decimal import Decimal
 

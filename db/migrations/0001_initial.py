@@ -1,4 +1,4 @@
-"""The initial schema: every table of DESIGN section 2, as frozen copies of the models."""
+"""The initial schema: every table of the domain, as frozen copies of the models."""
 from peewee import *
 
 
