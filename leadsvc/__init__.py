@@ -78,7 +78,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     app.extensions["leadsvc.api"] = api
     limiter = limits.init_app(app, exempt=(health.blp, docs.blp, app.blueprints["api-docs"], metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
-    limiter.limit_blueprint(forms.blp, limits.form_limit, key_func=limits.client_ip, methods=["POST"])
+    limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
     idempotency.init_app(app)   # after the limiter: a 429 never reserves a key
     return app
 
