@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
@@ -23,26 +23,11 @@ pipeline stages. Every request outside the probes, the docs and web forms carrie
 explained at `/docs/api/problems/<code>`."""
 
 
-class _Flask(Flask):
-    """Flask, asking once per function whether it is a coroutine: Flask asks inspect for every
-    hook and view of every request (23 times for a create)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._sync: dict[Callable, Callable] = {}
-
-    def ensure_sync(self, func: Callable) -> Callable:
-        sync = self._sync.get(func)
-        if sync is None:
-            sync = self._sync[func] = super().ensure_sync(func)
-        return sync
-
-
 def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                config_file: str | None = None) -> Flask:
     """The WSGI app: settings from config_file/LEADSVC_CONFIG/./config.toml, the environment, then config."""
     settings = load_settings(config_file, overrides=config)
-    app = _Flask("leadsvc")
+    app = Flask("leadsvc")
     app.config.update(
         LEADSVC=settings,
         MAX_CONTENT_LENGTH=settings["api"]["max_body_bytes"],
