@@ -8,8 +8,8 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, reference,
-               reports, timeline)
+from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, problems,
+               reference, reports, timeline)
 from .config import load_settings
 from .extensions import register_converters
 from .problems import ProblemApi
@@ -55,6 +55,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     observability.init_app(app)
     metrics.init_app(app)
     api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin()]})
+    problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
         api.register_blueprint(blueprint)
