@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, reference,
-               reports, timeline)
+from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, problems,
+               reference, reports, timeline)
 from .config import load_settings
 from .extensions import register_converters
 from .problems import ProblemApi
@@ -23,26 +23,11 @@ pipeline stages. Every request outside the probes, the docs and web forms carrie
 explained at `/docs/api/problems/<code>`."""
 
 
-class _Flask(Flask):
-    """Flask, asking once per function whether it is a coroutine: Flask asks inspect for every
-    hook and view of every request (23 times for a create)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._sync: dict[Callable, Callable] = {}
-
-    def ensure_sync(self, func: Callable) -> Callable:
-        sync = self._sync.get(func)
-        if sync is None:
-            sync = self._sync[func] = super().ensure_sync(func)
-        return sync
-
-
 def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                config_file: str | None = None) -> Flask:
     """The WSGI app: settings from config_file/LEADSVC_CONFIG/./config.toml, the environment, then config."""
     settings = load_settings(config_file, overrides=config)
-    app = _Flask("leadsvc")
+    app = Flask("leadsvc")
     app.config.update(
         LEADSVC=settings,
         MAX_CONTENT_LENGTH=settings["api"]["max_body_bytes"],
@@ -70,6 +55,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     observability.init_app(app)
     metrics.init_app(app)
     api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin()]})
+    problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
         api.register_blueprint(blueprint)
@@ -78,7 +64,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     app.extensions["leadsvc.api"] = api
     limiter = limits.init_app(app, exempt=(health.blp, docs.blp, app.blueprints["api-docs"], metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
-    limiter.limit_blueprint(forms.blp, limits.form_limit, key_func=limits.client_ip, methods=["POST"])
+    limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
     idempotency.init_app(app)   # after the limiter: a 429 never reserves a key
     return app
 

@@ -7,11 +7,11 @@ import hashlib
 import hmac
 import re
 import secrets
-from copy import deepcopy
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable, Iterable
 
+import flask_smorest
 import peewee as pw
 from flask import g, request
 
@@ -180,6 +180,11 @@ def _token_with_member_and_workspace(digest: str) -> Token | None:
     return token
 
 
+# flask-smorest's documentation decorators are Blueprint methods: @requires, which serves every
+# blueprint, takes them from this one, which is never registered.
+_DOCS = flask_smorest.Blueprint("requires", __name__)
+
+
 def requires(ability: str | None = None) -> Callable:
     """Authenticate the caller (401) and check one ability (403); None: any valid token."""
     if ability is not None and ability not in ABILITIES:
@@ -194,14 +199,11 @@ def requires(ability: str | None = None) -> Callable:
             return view(*args, **kwargs)
 
         # Document the outcomes every authenticated operation shares.
-        wrapper._apidoc = deepcopy(getattr(view, "_apidoc", {}))
-        responses = wrapper._apidoc.setdefault("response", {}).setdefault("responses", {})
-        responses.setdefault(401, []).append("UNAUTHORIZED")
+        documented = _DOCS.alt_response(401, response="UNAUTHORIZED")(wrapper)
         if ability is not None:
-            responses.setdefault(403, []).append("FORBIDDEN")
-            wrapper._apidoc.setdefault("manual_doc", {})["description"] = f"Requires the `{ability}` ability."
-        responses.setdefault(429, []).append("TOO_MANY_REQUESTS")
-        return wrapper
+            documented = _DOCS.alt_response(403, response="FORBIDDEN")(documented)
+            documented = _DOCS.doc(description=f"Requires the `{ability}` ability.")(documented)
+        return _DOCS.alt_response(429, response="TOO_MANY_REQUESTS")(documented)
 
     return decorator
 

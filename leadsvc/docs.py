@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import mimetypes
 import re
@@ -10,7 +11,7 @@ from importlib import resources
 from flask import Blueprint, Flask, Response, abort, current_app, render_template, request
 from markupsafe import Markup, escape
 
-from .problems import CODES
+from .problems import CODES, document_problems
 
 blp = Blueprint("docs", __name__, url_prefix="/docs")
 
@@ -59,16 +60,22 @@ def problem(code: str) -> str:
     return render_template("problem.html", code=code, status=status, title=title, meaning=meaning)
 
 
+def openapi_document(app: Flask) -> dict:
+    """The OpenAPI document: the one place it is produced, for the CLI and for /api/v1/openapi.json."""
+    # A copy: APISpec.to_dict() merges the document into the spec options it keeps and returns
+    # them, so changing what it returns would change every later document.
+    return document_problems(copy.deepcopy(app.extensions["leadsvc.api"].spec.to_dict()))
+
+
 def openapi_json(app: Flask) -> str:
     """The OpenAPI document as published in schemas/openapi.json."""
-    spec = app.extensions["leadsvc.api"].spec.to_dict()
-    return json.dumps(spec, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(openapi_document(app), indent=2, ensure_ascii=False) + "\n"
 
 
 def served_openapi_json() -> Response:
     """/api/v1/openapi.json: under a mount prefix its `servers` names the prefix, so Swagger UI's
     "Try it out" calls reach the service instead of the host app's root."""
-    spec = current_app.extensions["leadsvc.api"].spec.to_dict()
+    spec = openapi_document(current_app)
     if request.script_root:
         spec["servers"] = [{"url": request.script_root}]
     return Response(json.dumps(spec, indent=2, ensure_ascii=False), mimetype="application/json")

@@ -1,4 +1,4 @@
-"""The request parser every blueprint uses, and the unbound rate limiter.
+"""The request parser every blueprint uses, and the lead id converter.
 
 The flask-smorest Api itself is made per app in create_app: it keeps per-app state (the app and
 its spec), so one module-level instance could not serve the several apps a test run builds.
@@ -33,24 +33,14 @@ class ApiParser(FlaskParser):
         "querystring": ma.RAISE,
     }
 
-    def _handle_invalid_json_error(self, error, req: Request, *args, **kwargs):
-        raise ValidationFailed.field("body", "The request body is not valid JSON.")
-
-    def _raw_load_json(self, req: Request):
-        if req.content_length and not is_json_request(req):
-            raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
-        try:
-            return super()._raw_load_json(req)
-        except RecursionError:
-            raise ValidationFailed.field("body", "The request body is nested too deeply.") from None
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError):
-                raise
-            # Python refuses integers of thousands of digits (int_max_str_digits).
-            raise ValidationFailed.field("body", "The request body holds a number too long to read.") from None
-
+    # webargs documents load_<location> as what a parser subclass implements; the body is read here.
     def load_json(self, req: Request, schema: ma.Schema):
-        data = super().load_json(req, schema)
+        if not is_json_request(req):
+            if req.content_length:
+                raise UnsupportedMediaType("Send the body as JSON with Content-Type: application/json.")
+            data = core.missing
+        else:
+            data = parse_json_body(req.get_data(cache=True))
         if data is core.missing or not isinstance(data, dict):
             # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
             what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]
@@ -61,6 +51,21 @@ class ApiParser(FlaskParser):
     def load_form(self, req: Request, schema: ma.Schema):
         check_storable({name: value for name, value in req.form.items(multi=True)})
         return super().load_form(req, schema)
+
+
+def parse_json_body(body: bytes) -> Any:
+    """The JSON in a request body (UTF-8), missing when it is empty, or a 422 about the body."""
+    if not body:
+        return core.missing
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValidationFailed.field("body", "The request body is not valid JSON.") from None
+    except RecursionError:
+        raise ValidationFailed.field("body", "The request body is nested too deeply.") from None
+    except ValueError:
+        # Python refuses integers of thousands of digits (int_max_str_digits).
+        raise ValidationFailed.field("body", "The request body holds a number too long to read.") from None
 
 
 def check_storable(data: Any) -> None:

@@ -18,7 +18,7 @@ import peewee as pw
 from .db import database
 
 BASE62 = string.digits + string.ascii_letters
-ID_TIME_DIGITS, ID_RANDOM_DIGITS = 6, 16   # DESIGN: at least 16 random base-62 digits
+ID_TIME_DIGITS, ID_RANDOM_DIGITS = 6, 16   # the contract: at least 16 random base-62 digits
 PUBLIC_ID_LENGTH = ID_TIME_DIGITS + ID_RANDOM_DIGITS
 
 ROLES = ("admin", "manager", "agent")

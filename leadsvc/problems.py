@@ -9,8 +9,7 @@ from typing import Any, Mapping
 
 import flask_smorest
 import marshmallow as ma
-from flask import Response, g, request
-from flask_smorest.utils import prepare_response
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from .config import settings
@@ -211,16 +210,12 @@ def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
 
 
 class ProblemApi(flask_smorest.Api):
-    """flask-smorest's Api with every error rendered as a problem document."""
+    """flask-smorest's Api with its HTTP errors rendered as problem documents."""
 
+    # Documented with ErrorHandlerMixin.ERROR_SCHEMA ("Should match payload structure in handle_http_exception").
     ERROR_SCHEMA = ProblemSchema
-    DEFAULT_RESPONSE_CONTENT_TYPE = "application/json"
 
-    def _register_error_handlers(self) -> None:
-        self._app.register_error_handler(HTTPException, self.handle_http_exception)
-        self._app.register_error_handler(Problem, self.handle_problem)
-        self._app.register_error_handler(Exception, self.handle_unexpected)
-
+    # Documented in flask-smorest's API reference (Api.handle_http_exception), the handler of every HTTPException.
     def handle_http_exception(self, err: HTTPException) -> Response:
         data = getattr(err, "data", None) or {}
         headers = {k: v for k, v in err.get_headers() if k.lower() != "content-type"}
@@ -242,27 +237,49 @@ class ProblemApi(flask_smorest.Api):
             "bad_request" if status < 500 else "internal_error")
         return problem_response(status, code, data.get("message"), errors=errors, headers=headers)
 
-    def handle_problem(self, err: Problem) -> Response:
-        return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
 
-    def handle_unexpected(self, err: Exception) -> Response:
-        request_id = g.get("request_id")
-        if is_unavailable(err):
-            log.warning("request %s: database unavailable: %s", request_id, err, extra={"request_id": request_id})
-            return self.handle_problem(ServiceUnavailable())
-        log.exception("request %s failed", request_id, extra={"request_id": request_id})
-        return problem_response(500, "internal_error")
+def handle_problem(err: Problem) -> Response:
+    return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
 
-    def _register_responses(self) -> None:
-        """flask-smorest's own, with the error responses documented as application/problem+json."""
-        for status in http.HTTPStatus:
-            response: dict[str, Any] = {"description": status.phrase}
-            if not (100 <= status < 200) and status not in (204, 304):
-                response["schema"] = self.ERROR_SCHEMA
-            if status in RESPONSE_HEADERS:
-                response["headers"] = RESPONSE_HEADERS[status]
-            prepare_response(response, self.spec, PROBLEM_MIMETYPE)
-            self.spec.components.response(status.name, response, lazy=True)
-        response = {"description": "Default error response", "schema": self.ERROR_SCHEMA}
-        prepare_response(response, self.spec, PROBLEM_MIMETYPE)
-        self.spec.components.response(self.DEFAULT_ERROR_RESPONSE_NAME, response, lazy=True)
+
+def handle_unexpected(err: Exception) -> Response:
+    request_id = g.get("request_id")
+    if is_unavailable(err):
+        log.warning("request %s: database unavailable: %s", request_id, err, extra={"request_id": request_id})
+        return handle_problem(ServiceUnavailable())
+    log.exception("request %s failed", request_id, extra={"request_id": request_id})
+    return problem_response(500, "internal_error")
+
+
+def init_app(app: Flask) -> None:
+    """Domain errors and unexpected ones become problem documents too (the Api handles HTTP errors)."""
+    app.register_error_handler(Problem, handle_problem)
+    app.register_error_handler(Exception, handle_unexpected)
+
+
+def document_problems(spec: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document (APISpec.to_dict()) with its error responses as problem documents.
+
+    flask-smorest registers a response component per HTTP status with ERROR_SCHEMA in its
+    default response content type, application/json; the document says what the service sends,
+    application/problem+json, and names the headers that come with a 429 or a 503."""
+    components = spec.get("components", {})
+    if "responses" in components:
+        spec["components"] = {**components, "responses": {
+            name: _as_problem(name, response) for name, response in components["responses"].items()}}
+    return spec
+
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def _as_problem(name: str, response: dict[str, Any]) -> dict[str, Any]:
+    content = response.get("content", {})
+    if [media.get("schema") for media in content.values()] != [_PROBLEM_REF]:
+        return response
+    problem = {key: value for key, value in response.items() if key != "content"}
+    status = http.HTTPStatus.__members__.get(name)
+    if status in RESPONSE_HEADERS:
+        problem["headers"] = RESPONSE_HEADERS[status]
+    problem["content"] = {PROBLEM_MIMETYPE: next(iter(content.values()))}
+    return problem

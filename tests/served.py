@@ -113,12 +113,10 @@ def held_in_another_thread(acquire: Callable[[], Any], release: Callable[[], Any
 
 
 class InProcessServer:
-    """The app served by waitress in a thread of the test process (same database, same models);
-    or a server made elsewhere (serving.listen), not yet serving."""
+    """The app served by waitress in a thread of the test process (same database, same models)."""
 
-    def __init__(self, app, threads: int = 4, server=None):
-        self.server = server or waitress.create_server(app, host="127.0.0.1", port=0, threads=threads,
-                                                       ident="leadsvc-test")
+    def __init__(self, app, threads: int = 4):
+        self.server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads, ident="leadsvc-test")
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)

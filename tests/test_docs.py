@@ -152,5 +152,10 @@ def test_every_authenticated_operation_documents_401_and_has_a_summary(spec):
             assert "401" in operation["responses"], (path, method)
 
 
+def test_the_served_document_is_the_same_on_every_request(client, spec):
+    """It is rewritten as it is served (problem responses): never the spec apispec keeps."""
+    assert client.get("/api/v1/openapi.json").json == client.get("/api/v1/openapi.json").json == spec
+
+
 def test_served_spec_has_no_servers_when_not_mounted(spec):
     assert "servers" not in spec

@@ -244,8 +244,8 @@ def test_submissions_over_the_per_ip_limit_are_429_and_create_nothing(make_app, 
 
 
 def test_submissions_and_api_requests_from_one_ip_share_its_budget(make_app, make_workspace):
-    """A submission counts against its form limit and the per-IP limit; flask-limiter checks it,
-    ServiceLimiter's short path the API requests: both must count the one per-IP budget."""
+    """A submission counts against its form limit and the per-IP limit, an API request without a
+    token against the per-IP limit: both count the one per-IP budget."""
     app = make_app(rate_limits={"enabled": True, "forms": "100/minute", "per_ip": "3/minute"})
     tenant = make_workspace(with_form)
     form_id = tenant.ids.forms["Website enquiry"]

@@ -87,7 +87,7 @@ def test_non_json_body_to_a_json_endpoint_is_415(client, ws, content_type, body)
     assert "application/json" in response.json["detail"]
 
 
-@pytest.mark.parametrize("body", ['{"phone": ', "{'phone': 1}", "nope", '{"a": 1}}'])
+@pytest.mark.parametrize("body", ['{"phone": ', "{'phone': 1}", "nope", '{"a": 1}}', b'{"first_name": "\xff\xfe"}'])
 def test_malformed_json_is_422_with_errors_body(client, ws, body):
     response = client.post(LEADS, data=body, content_type="application/json", headers=ws.headers())
     errors = assert_problem(response, 422, "validation_failed")["errors"]
@@ -110,7 +110,9 @@ def test_json_that_is_not_an_object_is_422_with_errors_body(client, ws, body, wh
     ('{"phone": "9876543210", "custom_fields": {"notes_from_call": "\\u0000"}}', "NUL character"),
     ('{"phone": "9876543210", "first_name": "\\ud800"}', "lone UTF-16 surrogate"),
     ('{"phone": "9876543210", "\\udfff": 1}', "lone UTF-16 surrogate"),
-], ids=["deep array", "deep object", "NUL", "NUL in custom field", "lone surrogate", "lone surrogate key"])
+    ('{"phone": "9876543210", "estimated_value": ' + "9" * 5_000 + "}", "number too long to read"),
+], ids=["deep array", "deep object", "NUL", "NUL in custom field", "lone surrogate", "lone surrogate key",
+        "huge number"])
 def test_json_that_cannot_be_processed_or_stored_is_422_not_500(client, ws, body, message):
     response = client.post(LEADS, data=body, content_type="application/json", headers=ws.headers())
     errors = assert_problem(response, 422, "validation_failed")["errors"]

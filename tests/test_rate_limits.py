@@ -83,7 +83,6 @@ def test_requests_without_a_valid_token_count_per_ip(limited, ws):
 
 
 def test_a_limit_string_naming_several_limits_applies_each(limited, ws):
-    """flask-limiter's own check takes these (ServiceLimiter's short path counts one limit)."""
     client = limited(per_token="5/hour;2/minute").test_client()
     headers = ws.headers()
     first, second = (client.get(PATH, headers=headers) for _ in range(2))
@@ -164,27 +163,12 @@ def test_a_redis_that_never_answers_does_not_stall_requests(limited, ws):
     assert statuses == [200, 200, 200]
 
 
-def test_memory_counters_start_no_thread_and_expired_ones_are_swept(monkeypatch):
-    # limits' MemoryStorage starts a threading.Timer whenever its last one has run out (under
-    # load, a new thread every 10 ms); here the requests sweep instead.
-    import time
 
-    from limits.storage import storage_from_string
-
-    from leadsvc.limits import SweptMemoryStorage, storage_uri
-
-    storage = storage_from_string(storage_uri("memory://"))
-    assert isinstance(storage, SweptMemoryStorage)
-    assert storage_uri("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
-    storage.timer.join()   # the one MemoryStorage starts as it is made
-    threads = set(threading.enumerate())
-    storage.incr("old", 0.01)
-    for n in range(200):
-        storage.incr(f"key-{n % 7}", 60)
-    assert set(threading.enumerate()) == threads, "counting started no thread"
-    assert storage.get("key-0") == 29
-    time.sleep(0.02)
-    monkeypatch.setattr(storage, "_swept_at", time.monotonic() - SweptMemoryStorage.SWEEP_SECONDS)
-    storage.incr("key-0", 60)
-    assert "old" not in storage.storage and "old" not in storage.expirations, "the expired counter was swept"
-    assert storage.get("key-0") == 30
+def test_a_database_outage_is_a_503_and_not_taken_for_a_limit_storage_failure(make_app, caplog):
+    """The caller is looked up before flask-limiter computes its key: flask-limiter takes an error
+    raised there for a failure of its storage, and would count in memory from then on."""
+    app = make_app(rate_limits={"enabled": True},
+                   database={"url": "postgresql://postgres@127.0.0.1:1/nowhere", "pool_timeout": 1})
+    response = app.test_client().get(PATH, headers={"Authorization": "Bearer lsk_" + "A" * 40})
+    assert response.status_code == 503 and response.json["code"] == "service_unavailable"
+    assert not any("falling back to in-memory" in record.getMessage() for record in caplog.records)

@@ -1,107 +1,20 @@
-"""serving: on SQLite the writes of `leadsvc serve` go to one thread, in order (WritesInOrder);
-a response goes out in one send once its request is done, unless it is large (SEND_BYTES)."""
+"""`leadsvc serve` under load and under malformed HTTP: concurrent creates and reads are all
+answered, and a request waitress cannot parse gets waitress's 400."""
 
 from __future__ import annotations
 
-import http.client
 import json
+import re
+import socket
 import subprocess
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
-from flask import Flask
-from waitress.channel import HTTPChannel
-from waitress.task import ThreadedTaskDispatcher
 
-from leadsvc import serving
-from served import InProcessServer
 from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
-
-
-class FakeChannel:
-    """What waitress hands a dispatcher: a connection whose first request is complete."""
-
-    def __init__(self, method: str, log: list, gate: threading.Event | None = None):
-        self.requests = [SimpleNamespace(command=method)]
-        self.log, self.gate = log, gate
-        self.started, self.done = threading.Event(), threading.Event()
-        self.cancelled = False
-
-    def service(self) -> None:
-        self.started.set()
-        if self.gate is not None:
-            assert self.gate.wait(10)
-        self.log.append((self.requests[0].command, threading.current_thread().name))
-        self.done.set()
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@pytest.fixture
-def dispatcher():
-    dispatcher = serving.WritesInOrder()
-    dispatcher.set_thread_count(2)
-    yield dispatcher
-    dispatcher.shutdown(timeout=10)
-
-
-def test_writes_are_served_by_one_thread_in_the_order_they_arrive_and_reads_by_the_pool(dispatcher):
-    log: list = []
-    tasks = [FakeChannel(method, log) for method in ("POST", "GET", "PATCH", "DELETE", "HEAD", "POST", "PUT")]
-    for task in tasks:
-        dispatcher.add_task(task)
-    for task in tasks:
-        assert task.done.wait(10)
-    writes = [entry for entry in log if entry[0] not in ("GET", "HEAD")]
-    assert [method for method, _ in writes] == ["POST", "PATCH", "DELETE", "POST", "PUT"]
-    assert {thread for _, thread in writes} == {"waitress-writer"}
-    assert all(thread != "waitress-writer" for method, thread in log if method in ("GET", "HEAD"))
-
-
-def test_a_write_in_progress_holds_up_the_next_write_but_no_read(dispatcher):
-    log: list = []
-    gate = threading.Event()
-    slow_write, next_write = FakeChannel("POST", log, gate), FakeChannel("POST", log)
-    dispatcher.add_task(slow_write)
-    dispatcher.add_task(next_write)
-    read = FakeChannel("GET", log)
-    dispatcher.add_task(read)
-    assert read.done.wait(10), "a read waited for a write"
-    assert not next_write.done.is_set()
-    gate.set()
-    assert next_write.done.wait(10)
-    assert [method for method, _ in log] == ["GET", "POST", "POST"]
-
-
-def test_shutdown_lets_the_write_in_progress_finish_and_cancels_the_queued_ones():
-    dispatcher = serving.WritesInOrder()
-    dispatcher.set_thread_count(1)
-    log: list = []
-    gate = threading.Event()
-    running, queued = FakeChannel("POST", log, gate), FakeChannel("POST", log)
-    dispatcher.add_task(running)
-    dispatcher.add_task(queued)
-    assert running.started.wait(10)
-    threading.Timer(0.2, gate.set).start()
-    dispatcher.shutdown(timeout=10)
-    assert running.done.is_set() and not running.cancelled
-    assert queued.cancelled and not queued.done.is_set()
-    assert not dispatcher.writer.is_alive() and not dispatcher.threads
-
-
-def test_only_sqlite_gets_a_writer_thread(app, database_url):
-    dispatcher = serving.task_dispatcher(2)
-    try:
-        if database_url.startswith("sqlite"):
-            assert isinstance(dispatcher, serving.WritesInOrder)
-        else:
-            assert type(dispatcher) is ThreadedTaskDispatcher
-    finally:
-        dispatcher.shutdown(timeout=10)
+from served import ServedProcess
+from served import call as served_call
 
 
 @pytest.mark.slow
@@ -139,26 +52,34 @@ def test_leadsvc_serve_on_sqlite_answers_concurrent_creates_and_reads(tmp_path):
         assert stop(process) == 0, (tmp_path / "serve.log").read_text()
 
 
-def test_a_small_response_goes_out_in_one_send_and_a_large_one_whole(app, monkeypatch):
-    site = Flask("sends")
-    site.config.update(app.config)   # the [server] settings serving.listen reads
-    site.add_url_rule("/small", "small", lambda: "s" * 900)
-    site.add_url_rule("/large", "large", lambda: "l" * (3 * serving.SEND_BYTES))
-    sends: list[int] = []
-    send = HTTPChannel.send
+# Requests waitress's parser refuses: a NUL and a DEL byte in a header value (neither is a visible
+# character, RFC 9110 section 5.5), and a request line that is not one.
+MALFORMED = {
+    "nul in a header": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Test: a\x00b\r\n\r\n",
+    "del in a header": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Test: a\x7fb\r\n\r\n",
+    "garbage request line": b"\x16\x03\x01 not an http request\r\n\r\n",
+}
 
-    def counted(channel, data, do_close=True):
-        sends.append(len(data))   # before sending: the client may read the response at once
-        return send(channel, data, do_close)
 
-    monkeypatch.setattr(HTTPChannel, "send", counted)
-    with InProcessServer(site, server=serving.listen(site, "127.0.0.1", 0)) as served:
-        connection = http.client.HTTPConnection("127.0.0.1", served.server.effective_port, timeout=10)
-        connection.request("GET", "/small")
-        small = connection.getresponse()
-        assert small.status == 200 and small.read() == b"s" * 900
-        assert len(sends) == 1 and sends[0] > 900   # headers and body together
-        connection.request("GET", "/large")
-        large = connection.getresponse()
-        assert large.status == 200 and large.read() == b"l" * (3 * serving.SEND_BYTES)
-        connection.close()
+def status_line(port: int, raw: bytes) -> bytes:
+    """Send raw bytes on a new connection; the first line of the answer (empty if the server
+    closed the connection without one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(raw)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = connection.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.slow
+def test_a_request_waitress_cannot_parse_gets_its_400_and_serving_goes_on(database_url, tmp_path):
+    environment = {"LEADSVC_DATABASE_URL": database_url, "LEADSVC_RATE_LIMITS_ENABLED": "false"}
+    with ServedProcess(environment, tmp_path / "serve.log") as server:
+        for name, raw in MALFORMED.items():
+            # HTTP/1.0 or 1.1: waitress answers in the version it had read when it gave up.
+            assert re.fullmatch(rb"HTTP/1\.[01] 400 Bad Request", status_line(server.port, raw)), name
+        assert served_call(server.url, "GET", "/healthz").status == 200
