@@ -121,6 +121,9 @@ class IndianMobile(ma.fields.String):
 # country code 91 with those ten digits as the national number (India's national prefix, 0, is
 # only stripped from a number that starts with it).
 _INDIAN_E164 = re.compile(r"\+91([1-9][0-9]{9})", re.ASCII)
+# What a phone may be written with. phonenumbers reads keypad letters as digits ("98765abcde" is
+# +919876522233) and drops trailing text ("9876543210x"), so anything else is refused before it.
+PHONE_PUNCTUATION = frozenset(" +-.()")
 
 
 @lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
@@ -128,6 +131,8 @@ def normalize_indian_mobile(raw: str) -> str | None:
     import phonenumbers
     from phonenumbers import PhoneNumber, PhoneNumberFormat, PhoneNumberType
 
+    if not all(ch.isdecimal() or ch in PHONE_PUNCTUATION for ch in raw):
+        return None
     e164 = _INDIAN_E164.fullmatch(raw)
     if e164 is not None:   # the spelling clients mostly send: its type, without parse (2/3 of the cost)
         number = PhoneNumber(country_code=91, national_number=int(e164[1]))
