@@ -208,6 +208,28 @@ def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, ws):
     assert Activity.select().count() == before, "an error changes nothing"
 
 
+def test_a_create_only_token_learns_a_duplicates_id_but_never_reads_it(client, ws):
+    first = create_lead(client, ws, email="known@example.com", first_name="Known")
+    create_only = ws.headers("admin@t.test", ("leads:create",))
+    response = client.post("/api/v1/leads", json={"phone": first["contact"]["phone"], "email": "known@example.com"},
+                           headers=create_only)
+    assert response.status_code == 200
+    assert response.json == {"data": {"id": first["id"]}, "duplicate": True, "matched_on": ["phone", "email"]}
+    assert "Known" not in response.get_data(as_text=True)
+    new = client.post("/api/v1/leads", json=lead_body(ws), headers=create_only)
+    assert new.status_code == 201 and new.json["data"]["contact"]["first_name"] == "Asha", \
+        "a lead it just created is shown whole"
+
+
+def test_without_leads_read_a_duplicate_outside_the_scope_is_still_409(client, ws):
+    lead = create_lead(client, ws)
+    outsider = next(email for email in ("n1@t.test", "n2@t.test", "s1@t.test")
+                    if ws.ids.members[email] != lead["owner"]["id"])
+    response = client.post("/api/v1/leads", json={"phone": lead["contact"]["phone"]},
+                           headers=ws.headers(outsider, ("leads:create",)))
+    assert response.status_code == 409 and lead["id"] not in response.get_data(as_text=True)
+
+
 def test_a_lead_routed_outside_the_creators_scope_is_shown_once_then_hidden(client, make_workspace):
     ws = make_workspace(lambda d: d.update(rules=[{"name": "All South", "assign": {"team": "South",
                                                                                   "strategy": "round_robin"}}]))
