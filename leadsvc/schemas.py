@@ -368,8 +368,14 @@ CLOCK_SKEW = timedelta(minutes=5)
 class UtcAwareDateTime(ma.fields.AwareDateTime):
     """An RFC 3339 datetime with an offset, loaded as naive UTC (how times are stored)."""
 
+    default_error_messages = {"out_of_range": "In UTC this time falls outside the years 1 to 9999."}
+
     def _deserialize(self, value, attr, data, **kwargs):
-        return super()._deserialize(value, attr, data, **kwargs).astimezone(UTC).replace(tzinfo=None)
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return moment.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:   # 0001-01-01T00:00:00+00:01 is in year 0 in UTC
+            raise self.make_error("out_of_range") from None
 
 
 def required_text(max_length: int, **kwargs) -> Text:
