@@ -30,6 +30,20 @@ access_log = logging.getLogger("leadsvc.access")
 # The attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators. Paths, headers
+# and exception messages carry what clients sent: raw, these end a log line early (a forged record
+# after them) or rewrite a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """The text on one line: each control character as a backslash escape (\\n, \\x1b, \\u2028)."""
+    def escaped(match: re.Match[str]) -> str:
+        char = match.group()
+        return _SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+    return _CONTROL.sub(escaped, text)
+
 
 def init_app(app: Flask) -> None:
     @app.before_request
@@ -102,19 +116,32 @@ class JsonFormatter(logging.Formatter):
                       if key not in _RECORD_ATTRIBUTES and value is not None})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # json.dumps escapes C0 controls only; the others can stand only inside strings, as \\u escapes.
+        return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}",
+                            json.dumps(entry, ensure_ascii=False, default=str))
 
 
 class TextFormatter(logging.Formatter):
-    """A readable line, with the request id when there is one."""
+    """A readable line, with the request id when there is one. Control characters in it are escaped,
+    and a traceback's lines are indented under it, so that every line starting with a time starts
+    a record."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        # Formatter.format would reuse a traceback another handler formatted (record.exc_text).
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
         request_id = getattr(record, "request_id", None)
-        return f"{line} [{request_id}]" if request_id else line
+        parts = [escape_controls(f"{line} [{request_id}]" if request_id else line)]
+        if record.exc_info:
+            parts.append(self.formatException(record.exc_info))
+        if record.stack_info:
+            parts.append(self.formatStack(record.stack_info))
+        return "\n".join([parts[0], *("  " + escape_controls(text) for part in parts[1:]
+                                        for text in part.split("\n"))])
 
 
 def configure_logging(settings: Mapping[str, Any], stream: Any = None) -> logging.Handler:
