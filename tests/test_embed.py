@@ -64,8 +64,8 @@ def test_unknown_path_under_the_prefix_is_a_problem_404(browser):
     response = browser.get("/crm/api/v1/nope")
     assert response.status_code == 404 and response.content_type == "application/problem+json"
     assert response.json["code"] == "not_found"
-    assert response.json["type"] == "http://localhost/crm/docs/api/problems/not_found"
-    assert browser.get(urlsplit(response.json["type"]).path).status_code == 200
+    assert response.json["type"] == "/crm/docs/api/problems/not_found", "under the mount prefix, from no header"
+    assert browser.get(response.json["type"]).status_code == 200
 
 
 def test_the_api_answers_under_the_prefix_with_a_token(browser, ws):
