@@ -328,5 +328,16 @@ def test_a_bad_environment_variable_is_a_clear_error(run_cli):
     failed(run_cli("check", env={"LEADSVC_SERVER_PORT": "http"}), "LEADSVC_SERVER_PORT must be a whole number")
 
 
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_an_unknown_leadsvc_variable_stops_the_command_naming_it_and_the_closest_key(run_cli, command):
+    failed(run_cli(command, env={"LEADSVC_SERVER_PROT": "9000"}), "LEADSVC_SERVER_PROT",
+           "did you mean LEADSVC_SERVER_PORT?")
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_port_outside_1_to_65535_stops_the_command(run_cli, command):
+    failed(run_cli(command, env={"LEADSVC_SERVER_PORT": "99999"}), "server.port must be from 1 to 65535")
+
+
 def test_a_missing_config_file_is_a_clear_error(run_cli, tmp_path):
     failed(run_cli("--config", str(tmp_path / "missing.toml"), "check"), "missing.toml does not exist")
