@@ -59,6 +59,13 @@ class CustomFieldSchema(RefSchema):
     options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
 
 
+class FormSchema(RefSchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True,
+                              metadata={"description": "The source the form's leads get."})
+    page_url = ma.fields.String(required=True, metadata={
+        "description": "The path of the form's HTML page (under the service's mount prefix), e.g. /forms/form_..."})
+
+
 class LinksSchema(ma.Schema):
     next = ma.fields.String(allow_none=True, required=True,
                             metadata={"description": "Relative URL of the next page; null on the last."})

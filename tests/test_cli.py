@@ -69,6 +69,15 @@ def test_demo_prints_a_curl_line_that_works(run_cli, client):
     assert response.status_code == 200 and "data" in response.json
 
 
+def test_demo_prints_the_page_url_of_each_demo_form_on_the_configured_host_and_port(run_cli, client):
+    output = ok(run_cli("demo", env={"LEADSVC_SERVER_HOST": "127.0.0.2", "LEADSVC_SERVER_PORT": "8123"})).stdout
+    urls = re.findall(r"http://127\.0\.0\.2:8123/forms/form_\w+", output)
+    assert urls, output
+    for url in urls:
+        page = client.get(url.removeprefix("http://127.0.0.2:8123"))
+        assert page.status_code == 200 and page.mimetype == "text/html"
+
+
 # --- setup -----------------------------------------------------------------------------------
 
 SETUP_FILE = """\

@@ -115,3 +115,12 @@ def test_location_and_next_links_carry_the_prefix(browser, ws):
 def test_mounting_at_the_root_is_refused():
     with pytest.raises(ValueError, match="prefix"):
         LeadService(Flask("host_site"), url_prefix="/")
+
+
+def test_the_services_root_and_form_pages_are_under_the_prefix(browser, make_workspace):
+    tenant = make_workspace(lambda data: data.update(forms=[{"name": "Enquiry", "allowed_origins": []}]))
+    root = browser.get("/crm/")
+    assert root.status_code == 302 and root.headers["Location"] == "/crm/docs"
+    [form] = browser.get("/crm/api/v1/forms", headers=tenant.headers()).json["data"]
+    assert form["page_url"] == f"/crm/forms/{tenant.ids.forms['Enquiry']}"
+    assert browser.get(form["page_url"]).status_code == 200
