@@ -60,9 +60,10 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
+    app.register_blueprint(docs.home)
     app.view_functions["api-docs.openapi_json"] = docs.served_openapi_json
     app.extensions["leadsvc.api"] = api
-    limiter = limits.init_app(app, exempt=(health.blp, docs.blp, app.blueprints["api-docs"], metrics.blp))
+    limiter = limits.init_app(app, exempt=(health.blp, docs.blp, docs.home, app.blueprints["api-docs"], metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
     limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
     idempotency.init_app(app)   # after the limiter: a 429 never reserves a key

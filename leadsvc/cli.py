@@ -173,6 +173,8 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
     admin = next(t for t in tokens.values() if t["role"] == "admin")
     click.echo(f"\nTry it:\n  curl -H 'Authorization: Bearer {admin['token']}' {base}/api/v1/leads\n"
                f"Interactive docs: {base}/docs")
+    for name, form_id in result.forms.items():
+        click.echo(f"Web form {name!r} (no token needed): {base}/forms/{form_id}")
 
 
 @cli.group()

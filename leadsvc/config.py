@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import ipaddress
 import os
 import tomllib
@@ -60,6 +61,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 Settings = dict[str, dict[str, Any]]
+
+# LEADSVC_* variables that are not settings: the config file's path, and what the test suite
+# (tests/conftest.py) and the benchmarks (bench/run.py) read. Any other LEADSVC_* variable that
+# names no setting is a mistake (a typo would otherwise be silently ignored), and stops start-up.
+EXEMPT_VARIABLES = frozenset({
+    "LEADSVC_CONFIG",
+    "LEADSVC_TEST_POSTGRES_URL",
+    "LEADSVC_TEST_REDIS_URL",
+    "LEADSVC_BENCH_POSTGRES_URL",
+})
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -97,11 +108,12 @@ def load_settings(
             raise ConfigError(f"Config file {file} does not exist.") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"Config file {file} is not valid TOML: {exc}.") from None
-    for section, keys in DEFAULTS.items():
-        for key in keys:
-            name = f"LEADSVC_{section}_{key}".upper()
-            if name in environ:
-                settings[section][key] = _coerce(environ[name], DEFAULTS[section][key], name)
+    variables = {f"LEADSVC_{section}_{key}".upper(): (section, key)
+                 for section, keys in DEFAULTS.items() for key in keys}
+    _check_variable_names(environ, variables)
+    for name, (section, key) in variables.items():
+        if name in environ:
+            settings[section][key] = _coerce(environ[name], DEFAULTS[section][key], name)
     if overrides:
         _merge(settings, overrides, origin="overrides")
     _check(settings)
@@ -138,6 +150,16 @@ def _merge(settings: Settings, data: Mapping[str, Any], origin: str) -> None:
             settings[section][key] = value
 
 
+def _check_variable_names(environ: Mapping[str, str], variables: Mapping[str, Any]) -> None:
+    known = [*variables, *sorted(EXEMPT_VARIABLES)]
+    unknown = sorted(name for name in environ if name.startswith("LEADSVC_") and name not in known)
+    if unknown:
+        named = ", ".join(f"{name} (did you mean {difflib.get_close_matches(name, known, n=1, cutoff=0)[0]}?)"
+                          for name in unknown)
+        raise ConfigError(f"Unknown environment variable{'s' if len(unknown) > 1 else ''} {named}. Settings "
+                          f"are LEADSVC_<SECTION>_<KEY>, for the keys of config.toml.")
+
+
 def _coerce(raw: str, default: Any, name: str) -> Any:
     if isinstance(default, bool):
         lowered = raw.strip().lower()
@@ -167,6 +189,8 @@ def _check(settings: Settings) -> None:
                          ("database", "pool_timeout"), ("api", "max_body_bytes"), ("server", "connection_limit")):
         if settings[section][key] <= 0:
             raise ConfigError(f"{section}.{key} must be positive.")
+    if settings["server"]["port"] > 65535:
+        raise ConfigError(f"server.port must be from 1 to 65535, not {settings['server']['port']}.")
     limits = settings["rate_limits"]
     for key in ("per_token", "per_ip", "forms"):
         try:

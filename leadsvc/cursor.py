@@ -51,7 +51,7 @@ class Order:
     def check(self, value: Any) -> Any:
         """A cursor's sort value, if it has the column's type."""
         if isinstance(self.column, pw.DateTimeField):
-            if isinstance(value, datetime):
+            if isinstance(value, datetime) and value.tzinfo is None:   # naive UTC, as encode writes it
                 return value
         elif isinstance(value, int) and not isinstance(value, bool) and -2**31 <= value < 2**31:
             return value
@@ -80,7 +80,8 @@ def decode(cursor: str, binding: str, order: Order) -> tuple[Any, str]:
         value = order.check(value)
         if not isinstance(bound_to, str) or not isinstance(public_id, str) or not order.id_pattern.match(public_id):
             raise ValueError
-    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError):
+    # RecursionError: JSON nested deeper than the parser's stack, which no cursor of ours is.
+    except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError, RecursionError):
         raise ValidationFailed.field(PAGE_AFTER, "Not a cursor this service made; follow links.next as given.") from None
     if bound_to != binding:
         raise ValidationFailed.field(PAGE_AFTER, "This cursor belongs to another sort or other filters; "

@@ -8,12 +8,13 @@ import mimetypes
 import re
 from importlib import resources
 
-from flask import Blueprint, Flask, Response, abort, current_app, render_template, request
+from flask import Blueprint, Flask, Response, abort, current_app, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 
 from .problems import CODES, document_problems
 
 blp = Blueprint("docs", __name__, url_prefix="/docs")
+home = Blueprint("home", __name__)
 
 UI_BUNDLES = resources.files("openapi_ui_bundles")
 # Only what our Swagger UI page loads: the package also holds a demo index.html that points at an
@@ -79,3 +80,9 @@ def served_openapi_json() -> Response:
     if request.script_root:
         spec["servers"] = [{"url": request.script_root}]
     return Response(json.dumps(spec, indent=2, ensure_ascii=False), mimetype="application/json")
+
+
+@home.get("/")
+def root() -> Response:
+    """Nothing lives at the root: a person who opens it wants the docs."""
+    return redirect(url_for("api-docs.openapi_swagger_ui"))

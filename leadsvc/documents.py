@@ -207,8 +207,17 @@ class LeadSchema(ma.Schema):
 
 class LeadCreatedSchema(ma.Schema):
     data = ma.fields.Nested(LeadSchema, required=True)
-    duplicate = ma.fields.Boolean(required=True)
-    matched_on = ma.fields.List(ma.fields.String(), metadata={"description": "On duplicates: phone and/or email."})
+    duplicate = ma.fields.Boolean(required=True, metadata={"enum": [False]})
+
+
+class LeadDuplicateSchema(ma.Schema):
+    data = ma.fields.Raw(required=True, metadata={
+        "description": "The lead the contact matched; only its id when the token lacks leads:read.",
+        "oneOf": [{"$ref": "#/components/schemas/Lead"},
+                  {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"],
+                   "additionalProperties": False}]})
+    duplicate = ma.fields.Boolean(required=True, metadata={"enum": [True]})
+    matched_on = ma.fields.List(ma.fields.String(metadata={"enum": ["phone", "email"]}), required=True)
 
 
 class LeadListMetaSchema(MetaSchema):

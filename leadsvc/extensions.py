@@ -17,6 +17,7 @@ from werkzeug.routing import BaseConverter
 from webargs import core
 from webargs.flaskparser import FlaskParser, is_json_request
 
+from .models import public_id_regex
 from .problems import UnsupportedMediaType, ValidationFailed
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -96,7 +97,7 @@ class Blueprint(flask_smorest.Blueprint):
 class LeadIdConverter(BaseConverter):
     """`<lead_id:public_id>`: only lead-shaped ids match, so /leads/export.csv is never taken for one."""
 
-    regex = r"ld_[0-9A-Za-z]{16,40}"
+    regex = public_id_regex("ld_")
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

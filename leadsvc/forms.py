@@ -12,6 +12,9 @@ not from a browser page, could forge either anyway, and is let through to the ot
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections import deque
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -128,6 +131,29 @@ def submission() -> tuple[Mapping[str, Any], bool]:
     return blp.ARGUMENTS_PARSER.load_json(request, FormSubmissionSchema()), False
 
 
+# How long the latest submissions that created a lead took to accept, in this process. One that
+# creates nothing (a duplicate, or the honeypot's) does less work, and waits out the difference to
+# their median: an anonymous caller must not time which phones and e-mails are leads already.
+# The waits themselves overrun by a fraction of a millisecond, which the next waits allow for.
+_CREATING_SECONDS: deque[float] = deque(maxlen=64)
+_OVERRUN_SECONDS: deque[float] = deque([0.0], maxlen=64)
+
+
+def accept_in_even_time(form: Form, data: Mapping[str, Any], refs: Refs) -> None:
+    """accept(), taking about as long whether it created a lead or not."""
+    started = time.perf_counter()
+    created = accept(form, data, refs)
+    finished = time.perf_counter()
+    if created is not None and not created.duplicate:
+        _CREATING_SECONDS.append(finished - started)
+        return
+    wait = (statistics.median(_CREATING_SECONDS) if _CREATING_SECONDS else 0.0) - (finished - started)
+    wait -= statistics.median(_OVERRUN_SECONDS)
+    if wait > 0:
+        time.sleep(wait)
+        _OVERRUN_SECONDS.append(max(0.0, time.perf_counter() - finished - wait))
+
+
 def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created | None:
     """Create the lead a submission describes; None when the honeypot says a bot sent it."""
     if str(data.get(HONEYPOT) or "").strip():
@@ -184,10 +210,10 @@ class FormSubmissions(MethodView):
         if not from_page:
             # The same receipt whether the lead was new, a duplicate or a bot's: an anonymous caller
             # must not learn which phones and e-mails are already leads.
-            accept(form, raw, refs)
+            accept_in_even_time(form, raw, refs)
             return json_response({"data": {"form": form.public_id, "message": THANKS}}, 201)
         try:
-            accept(form, from_form_fields(raw, refs.custom_fields), refs)
+            accept_in_even_time(form, from_form_fields(raw, refs.custom_fields), refs)
         except ValidationFailed as exc:
             return page(form, refs, values=raw, errors=exc.errors or {}, status=422)
         return Response(render_template("form_thanks.html", form=form, message=THANKS), mimetype="text/html")

@@ -24,9 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import peewee as pw
@@ -34,25 +33,22 @@ from apispec import BasePlugin
 from flask import Flask, Response, g, request
 
 from .auth import current_caller
-from .current import current_request, environ_key
 from .db import database, is_postgres, sqlstate, transaction
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
 from .problems import Conflict, ValidationFailed
 
 HEADER = "Idempotency-Key"
-_HEADER_KEY = environ_key(HEADER)
 REPLAYED_HEADER = "Idempotent-Replayed"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
 KEEP = timedelta(hours=24)
 REPLAYED_HEADERS = ("Content-Type", "Location", "ETag", "Link")
 UNRECORDED_STATUSES = frozenset({401, 403, 429})
 LOCK_WAIT_MS = 10_000
-PURGE_EVERY_SECONDS = 600
-PURGE_BATCH = 1000
+# Expired keys each new key deletes: more than the one it adds, so expired keys cannot pile up
+# however fast keys come, and each purge stays a short walk of the expires_at index.
+PURGE_PER_KEY = 2
 _LOCK_NOT_AVAILABLE = "55P03"   # PostgreSQL: lock_timeout expired
-
-_next_purge = 0.0
 
 
 class _Rollback(Exception):
@@ -86,16 +82,14 @@ def init_app(app: Flask) -> None:
 
 def reserve() -> Response | None:
     """Replay a recorded response, or reserve the key and let the request run in its transaction."""
-    req = current_request()
-    if req.method != "POST" or _HEADER_KEY not in req.environ or req.routing_exception is not None:
+    key = request.headers.get(HEADER)
+    if request.method != "POST" or key is None or request.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
-    if current_caller() is None and req.blueprint != "forms":
+    if current_caller() is None and request.blueprint != "forms":
         return None   # no valid token where one is needed: the view answers 401, never recorded
-    key = req.environ[_HEADER_KEY]
     if not KEY_PATTERN.fullmatch(key):
         raise ValidationFailed.field(HEADER, "Use 1 to 255 printable ASCII characters without spaces, such as a UUID.")
     scope, digest = caller_key(), request_hash()
-    _purge_now_and_then()
     recorded = _recorded(scope, key)
     if recorded is not None:
         return _replay(recorded, digest)
@@ -181,6 +175,7 @@ def _insert(scope: str, key: str, digest: str) -> IdempotencyKey:
     now = utcnow()
     IdempotencyKey.delete().where((IdempotencyKey.scope == scope) & (IdempotencyKey.key == key)
                                   & (IdempotencyKey.expires_at <= now)).execute()
+    _purge_expired(now)
     if is_postgres():
         # Waiting here means another request with this key is running; bound the wait.
         database.execute_sql(f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}")
@@ -197,15 +192,13 @@ def _lock_wait_expired(exc: pw.OperationalError) -> bool:
     return sqlstate(exc) == _LOCK_NOT_AVAILABLE
 
 
-def _purge_now_and_then() -> None:
-    """Delete keys past their 24 hours, at most every PURGE_EVERY_SECONDS per process."""
-    global _next_purge
-    now = time.monotonic()
-    if now < _next_purge:
-        return
-    _next_purge = now + PURGE_EVERY_SECONDS
-    expired = (IdempotencyKey.select(IdempotencyKey.id).where(IdempotencyKey.expires_at <= utcnow())
-               .limit(PURGE_BATCH))
+def _purge_expired(now: datetime) -> None:
+    """Delete the PURGE_PER_KEY oldest expired keys (in the reservation's transaction)."""
+    expired = (IdempotencyKey.select(IdempotencyKey.id).where(IdempotencyKey.expires_at <= now)
+               .order_by(IdempotencyKey.expires_at).limit(PURGE_PER_KEY))
+    if is_postgres():
+        # Rows another open reservation is deleting are left to it, rather than waited for.
+        expired = expired.for_update(skip_locked=True)
     IdempotencyKey.delete().where(IdempotencyKey.id.in_(expired)).execute()
 
 

@@ -8,9 +8,9 @@ from flask.views import MethodView
 from . import pipeline
 from .auth import caller, requires, visible_lead_or_404, visible_leads
 from .config import settings
-from .documents import (ActorNames, LeadCreatedSchema, LeadListMetaSchema, LeadSchema, StatusMoveResultSchema,
-                        activity_document, etag, json_response, lead_document, note_document, request_refs,
-                        transition_document)
+from .documents import (ActorNames, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema, LeadSchema,
+                        StatusMoveResultSchema, activity_document, etag, json_response, lead_document,
+                        note_document, request_refs, transition_document)
 from .extensions import Blueprint
 from .listing import LeadListQuery, lead_page, next_link, unknown_filters
 from .models import Activity, Note
@@ -61,7 +61,7 @@ class Leads(MethodView):
     @blp.arguments(LeadCreateSchema())
     @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
                   headers={"Location": {"schema": {"type": "string"}}})
-    @blp.alt_response(200, schema=LeadCreatedSchema, success=True,
+    @blp.alt_response(200, schema=LeadDuplicateSchema, success=True,
                       description="A lead with this phone or e-mail exists: nothing was created.")
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
@@ -69,9 +69,12 @@ class Leads(MethodView):
         """Create a lead, or find the duplicate it matches"""
         refs = request_refs()
         created = pipeline.create_lead(data, actor(), refs)
-        body = {"data": lead_document(created.lead, refs), "duplicate": created.duplicate}
         if created.duplicate:
-            return json_response({**body, "matched_on": created.matched_on}, 200)
+            # A token that may only create learns which lead the contact is, never what it holds.
+            document = (lead_document(created.lead, refs) if "leads:read" in caller().abilities
+                        else {"id": created.lead.public_id})
+            return json_response({"data": document, "duplicate": True, "matched_on": created.matched_on}, 200)
+        body = {"data": lead_document(created.lead, refs), "duplicate": False}
         return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
                                          "ETag": etag(created.lead)})
 

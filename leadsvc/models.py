@@ -56,9 +56,14 @@ def new_public_id(prefix: str) -> str:
             + _base62(secrets.randbelow(len(BASE62) ** ID_RANDOM_DIGITS), ID_RANDOM_DIGITS))
 
 
+def public_id_regex(prefix: str) -> str:
+    """The regular expression of one kind's public ids, unanchored (URL rules, OpenAPI patterns)."""
+    return rf"{re.escape(prefix)}[0-9A-Za-z]{{16,40}}"
+
+
 def public_id_pattern(prefix: str) -> re.Pattern[str]:
     """Well-formed public ids of one kind (\\Z, not $: a trailing newline is not part of an id)."""
-    return re.compile(rf"^{re.escape(prefix)}[0-9A-Za-z]{{16,40}}\Z")
+    return re.compile(rf"^{public_id_regex(prefix)}\Z")
 
 
 class PublicIdField(pw.CharField):

@@ -18,10 +18,8 @@ from typing import Any, Mapping
 
 from flask import Flask, Response, g, has_request_context, request
 
-from .current import current_request, environ_key, request_globals
 
 REQUEST_ID_HEADER = "X-Request-ID"
-_REQUEST_ID_KEY = environ_key(REQUEST_ID_HEADER)
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 
 log = logging.getLogger("leadsvc")
@@ -30,18 +28,31 @@ access_log = logging.getLogger("leadsvc.access")
 # The attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
+# Control characters (C0, DEL, C1) and the Unicode line and paragraph separators. Paths, headers
+# and exception messages carry what clients sent: raw, these end a log line early (a forged record
+# after them) or rewrite a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """The text on one line: each control character as a backslash escape (\\n, \\x1b, \\u2028)."""
+    def escaped(match: re.Match[str]) -> str:
+        char = match.group()
+        return _SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+    return _CONTROL.sub(escaped, text)
+
 
 def init_app(app: Flask) -> None:
     @app.before_request
     def assign_request_id() -> None:
-        state = request_globals()
-        state.request_started = time.perf_counter()
-        sent = current_request().environ.get(_REQUEST_ID_KEY, "")
-        state.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_request_id()
+        g.request_started = time.perf_counter()
+        sent = request.headers.get(REQUEST_ID_HEADER, "")
+        g.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_request_id()
 
     @app.after_request
     def echo_request_id(response: Response) -> Response:
-        response.headers[REQUEST_ID_HEADER] = request_globals().get("request_id") or new_request_id()
+        response.headers[REQUEST_ID_HEADER] = g.get("request_id") or new_request_id()
         return response
 
     if app.config["LEADSVC"]["logging"]["access_log"]:
@@ -56,7 +67,7 @@ def new_request_id() -> str:
 
 def request_route() -> str:
     """The route template of the current request (`/api/v1/leads/<public_id>`), never its values."""
-    rule = current_request().url_rule
+    rule = request.url_rule
     return rule.rule if rule is not None else "(unmatched)"
 
 
@@ -102,19 +113,32 @@ class JsonFormatter(logging.Formatter):
                       if key not in _RECORD_ATTRIBUTES and value is not None})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # json.dumps escapes C0 controls only; the others can stand only inside strings, as \\u escapes.
+        return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}",
+                            json.dumps(entry, ensure_ascii=False, default=str))
 
 
 class TextFormatter(logging.Formatter):
-    """A readable line, with the request id when there is one."""
+    """A readable line, with the request id when there is one. Control characters in it are escaped,
+    and a traceback's lines are indented under it, so that every line starting with a time starts
+    a record."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        # Formatter.format would reuse a traceback another handler formatted (record.exc_text).
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
         request_id = getattr(record, "request_id", None)
-        return f"{line} [{request_id}]" if request_id else line
+        parts = [escape_controls(f"{line} [{request_id}]" if request_id else line)]
+        if record.exc_info:
+            parts.append(self.formatException(record.exc_info))
+        if record.stack_info:
+            parts.append(self.formatStack(record.stack_info))
+        return "\n".join([parts[0], *("  " + escape_controls(text) for part in parts[1:]
+                                        for text in part.split("\n"))])
 
 
 def configure_logging(settings: Mapping[str, Any], stream: Any = None) -> logging.Handler:

@@ -170,7 +170,9 @@ class ProblemSchema(ma.Schema):
 
 
 def problem_type(code: str) -> str:
-    base = settings()["api"]["docs_url"].rstrip("/") or request.url_root.rstrip("/") + "/docs"
+    """The configured docs, else a relative reference under the mount prefix: script_root comes
+    from the WSGI mount, never from a header such as Host that a client sets."""
+    base = settings()["api"]["docs_url"].rstrip("/") or request.script_root + "/docs"
     return f"{base}/api/problems/{code}"
 
 

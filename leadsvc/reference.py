@@ -1,14 +1,17 @@
-"""Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields)."""
+"""Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields,
+forms)."""
 
 from __future__ import annotations
 
 import peewee as pw
+from flask import url_for
 from flask.views import MethodView
 
 from .auth import caller, requires
 from .extensions import Blueprint
-from .models import CustomField, Member, Source, Status, Team
-from .schemas import CustomFieldSchema, MemberSchema, SourceSchema, StatusSchema, TeamSchema, page_of, whole_page
+from .models import CustomField, Form, Member, Source, Status, Team
+from .schemas import (CustomFieldSchema, FormSchema, MemberSchema, SourceSchema, StatusSchema, TeamSchema, page_of,
+                      whole_page)
 
 blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Reference data of the caller's workspace.")
 
@@ -66,3 +69,16 @@ class CustomFields(MethodView):
         """List the custom fields a lead may carry"""
         return whole_page(CustomField.select().where(CustomField.workspace == caller().workspace.id)
                           .order_by(CustomField.position, CustomField.name))
+
+
+@blp.route("/forms")
+class Forms(MethodView):
+    @requires()
+    @blp.response(200, page_of(FormSchema))
+    def get(self):
+        """List the web forms, each with the path of its page"""
+        forms = list(Form.select(Form, Source).join(Source, pw.JOIN.LEFT_OUTER)
+                     .where(Form.workspace == caller().workspace.id).order_by(Form.name, Form.id))
+        for form in forms:
+            form.page_url = url_for("forms.FormPage", form_id=form.public_id)
+        return whole_page(forms)

@@ -9,7 +9,7 @@ from functools import cache, lru_cache
 
 import marshmallow as ma
 
-from .models import CONTACT_KINDS, public_id_pattern, utcnow
+from .models import CONTACT_KINDS, public_id_pattern, public_id_regex, utcnow
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -57,6 +57,13 @@ class CustomFieldSchema(RefSchema):
     label = ma.fields.String(required=True)
     type = ma.fields.String(required=True, metadata={"enum": ["text", "number", "boolean", "date", "choice"]})
     options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
+
+
+class FormSchema(RefSchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True,
+                              metadata={"description": "The source the form's leads get."})
+    page_url = ma.fields.String(required=True, metadata={
+        "description": "The path of the form's HTML page (under the service's mount prefix), e.g. /forms/form_..."})
 
 
 class LinksSchema(ma.Schema):
@@ -121,6 +128,9 @@ class IndianMobile(ma.fields.String):
 # country code 91 with those ten digits as the national number (India's national prefix, 0, is
 # only stripped from a number that starts with it).
 _INDIAN_E164 = re.compile(r"\+91([1-9][0-9]{9})", re.ASCII)
+# What a phone may be written with. phonenumbers reads keypad letters as digits ("98765abcde" is
+# +919876522233) and drops trailing text ("9876543210x"), so anything else is refused before it.
+PHONE_PUNCTUATION = frozenset(" +-.()")
 
 
 @lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
@@ -128,6 +138,8 @@ def normalize_indian_mobile(raw: str) -> str | None:
     import phonenumbers
     from phonenumbers import PhoneNumber, PhoneNumberFormat, PhoneNumberType
 
+    if not all(ch.isdecimal() or ch in PHONE_PUNCTUATION for ch in raw):
+        return None
     e164 = _INDIAN_E164.fullmatch(raw)
     if e164 is not None:   # the spelling clients mostly send: its type, without parse (2/3 of the cost)
         number = PhoneNumber(country_code=91, national_number=int(e164[1]))
@@ -159,7 +171,7 @@ class PublicId(ma.fields.String):
 
     def __init__(self, prefix: str, **kwargs):
         self.prefix = prefix
-        metadata = {"pattern": f"^{prefix}[0-9A-Za-z]{{16,40}}$", **kwargs.pop("metadata", {})}
+        metadata = {"pattern": f"^{public_id_regex(prefix)}$", **kwargs.pop("metadata", {})}
         super().__init__(validate=ma.validate.Regexp(
             public_id_pattern(prefix), error=f"Must be a {prefix}... id."), metadata=metadata, **kwargs)
 
@@ -266,8 +278,14 @@ CLOCK_SKEW = timedelta(minutes=5)
 class UtcAwareDateTime(ma.fields.AwareDateTime):
     """An RFC 3339 datetime with an offset, loaded as naive UTC (how times are stored)."""
 
+    default_error_messages = {"out_of_range": "In UTC this time falls outside the years 1 to 9999."}
+
     def _deserialize(self, value, attr, data, **kwargs):
-        return super()._deserialize(value, attr, data, **kwargs).astimezone(UTC).replace(tzinfo=None)
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return moment.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:   # 0001-01-01T00:00:00+00:01 is in year 0 in UTC
+            raise self.make_error("out_of_range") from None
 
 
 def required_text(max_length: int, **kwargs) -> Text:

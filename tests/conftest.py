@@ -1,8 +1,9 @@
 """Fixtures: every database test runs on SQLite and on PostgreSQL, each run on fresh databases.
 
-PostgreSQL comes from $LEADSVC_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test);
-each run creates its own database there and drops it afterwards. Without PostgreSQL the
-PostgreSQL half is skipped, except under CI=true, where that is a failure.
+PostgreSQL comes from $LEADSVC_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/postgres,
+the database every server has): each run connects there to create its own database, and drops it
+afterwards. Without PostgreSQL the PostgreSQL half is skipped, and the run's summary says so and how
+to point the tests at a server, except under CI=true, where that is a failure.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from leadsvc.db import database, make_database, migrate
 from leadsvc.models import NEVER, Lead, Member, Status, Workspace, new_public_id
 from leadsvc.provision import apply_setup, parse_setup
 
-POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+unreachable_postgres: list[str] = []   # why PostgreSQL could not be used, for the run's summary
 
 
 def _postgres_admin_connection():
@@ -41,8 +43,21 @@ def postgres_server() -> str:
         message = f"PostgreSQL at {POSTGRES_BASE_URL} is unreachable: {exc}"
         if ON_CI:
             pytest.fail(message + " (CI=true requires it)", pytrace=False)
+        unreachable_postgres.append(" ".join(str(exc).split()))
         pytest.skip(message)
     return POSTGRES_BASE_URL
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skips are easy to miss in a long run: say once that half of the suite did not run, and why."""
+    if unreachable_postgres:
+        terminalreporter.write_sep("=", "PostgreSQL", yellow=True)
+        terminalreporter.write_line(
+            f"The PostgreSQL half of the suite did not run: {POSTGRES_BASE_URL} is unreachable "
+            f"({unreachable_postgres[0]}).")
+        terminalreporter.write_line(
+            "Start PostgreSQL there, or point the tests at a server with "
+            "LEADSVC_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/postgres (a user that may create databases).")
 
 
 def create_postgres_database(base_url: str) -> str:

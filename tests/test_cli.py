@@ -69,6 +69,15 @@ def test_demo_prints_a_curl_line_that_works(run_cli, client):
     assert response.status_code == 200 and "data" in response.json
 
 
+def test_demo_prints_the_page_url_of_each_demo_form_on_the_configured_host_and_port(run_cli, client):
+    output = ok(run_cli("demo", env={"LEADSVC_SERVER_HOST": "127.0.0.2", "LEADSVC_SERVER_PORT": "8123"})).stdout
+    urls = re.findall(r"http://127\.0\.0\.2:8123/forms/form_\w+", output)
+    assert urls, output
+    for url in urls:
+        page = client.get(url.removeprefix("http://127.0.0.2:8123"))
+        assert page.status_code == 200 and page.mimetype == "text/html"
+
+
 # --- setup -----------------------------------------------------------------------------------
 
 SETUP_FILE = """\
@@ -326,6 +335,17 @@ def test_a_bad_config_file_is_a_clear_error(run_cli, tmp_path, text, message):
 
 def test_a_bad_environment_variable_is_a_clear_error(run_cli):
     failed(run_cli("check", env={"LEADSVC_SERVER_PORT": "http"}), "LEADSVC_SERVER_PORT must be a whole number")
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_an_unknown_leadsvc_variable_stops_the_command_naming_it_and_the_closest_key(run_cli, command):
+    failed(run_cli(command, env={"LEADSVC_SERVER_PROT": "9000"}), "LEADSVC_SERVER_PROT",
+           "did you mean LEADSVC_SERVER_PORT?")
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_port_outside_1_to_65535_stops_the_command(run_cli, command):
+    failed(run_cli(command, env={"LEADSVC_SERVER_PORT": "99999"}), "server.port must be from 1 to 65535")
 
 
 def test_a_missing_config_file_is_a_clear_error(run_cli, tmp_path):

@@ -112,6 +112,8 @@ def test_booleans_from_the_environment(raw, expected):
     ("LEADSVC_RATE_LIMITS_ENABLED", "maybe", "LEADSVC_RATE_LIMITS_ENABLED must be true or false"),
     ("LEADSVC_SCORING_HOT", "", "LEADSVC_SCORING_HOT must be a whole number"),
     ("LEADSVC_SERVER_PORT", "0", "server.port must be positive"),
+    ("LEADSVC_SERVER_PORT", "99999", "server.port must be from 1 to 65535, not 99999"),
+    ("LEADSVC_SERVER_PORT", "65536", "server.port must be from 1 to 65535"),
     ("LEADSVC_SCORING_WARM", "90", "0 < warm < hot <= 100"),
     ("LEADSVC_DATABASE_URL", "mysql://db/leadsvc", "database.url must start with sqlite:/// or postgresql://"),
     ("LEADSVC_LOGGING_LEVEL", "LOUD", "logging.level must be one of"),
@@ -124,6 +126,36 @@ def test_a_bad_environment_value_raises_config_error_naming_it(name, raw, messag
     with pytest.raises(ConfigError) as error:
         load_settings(os.devnull, environ={name: raw})
     assert message in str(error.value)
+
+
+def test_a_port_is_from_1_to_65535_in_the_file_too(tmp_path):
+    (tmp_path / "c.toml").write_text("[server]\nport = 70000\n")
+    with pytest.raises(ConfigError, match="server.port must be from 1 to 65535"):
+        load_settings(tmp_path / "c.toml", environ={})
+    assert load_settings(os.devnull, environ={"LEADSVC_SERVER_PORT": "65535"})["server"]["port"] == 65535
+
+
+@pytest.mark.parametrize("name, closest", [("LEADSVC_SERVER_PROT", "LEADSVC_SERVER_PORT"),
+                                           ("LEADSVC_DATABASE_URI", "LEADSVC_DATABASE_URL"),
+                                           ("LEADSVC_RATELIMITS_PER_TOKEN", "LEADSVC_RATE_LIMITS_PER_TOKEN"),
+                                           ("LEADSVC_CONFIG_FILE", "LEADSVC_CONFIG")])
+def test_an_unknown_leadsvc_variable_is_an_error_naming_it_and_the_closest_key(name, closest):
+    with pytest.raises(ConfigError) as error:
+        load_settings(os.devnull, environ={name: "9000"})
+    assert f"{name} (did you mean {closest}?)" in str(error.value)
+
+
+def test_the_variables_tests_and_benchmarks_read_are_exempt_and_no_error():
+    from leadsvc.config import EXEMPT_VARIABLES
+
+    read = set()
+    for path in [*ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("tools/*.py")]:
+        read |= set(re.findall(r"""(?:environ\.get\(|environ\[|getenv\()\s*["'](LEADSVC_\w+)""", path.read_text()))
+    settings = {f"LEADSVC_{section}_{key}".upper() for section, keys in DEFAULTS.items() for key in keys}
+    assert {"LEADSVC_TEST_POSTGRES_URL", "LEADSVC_BENCH_POSTGRES_URL"} <= read, "the scan finds them"
+    assert read - settings <= EXEMPT_VARIABLES
+    environ = {name: "postgresql://x@127.0.0.1/y" for name in EXEMPT_VARIABLES - {"LEADSVC_CONFIG"}}
+    assert load_settings(os.devnull, environ=environ) == DEFAULTS
 
 
 def test_postgresql_threads_must_fit_the_pool():

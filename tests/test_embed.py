@@ -64,8 +64,8 @@ def test_unknown_path_under_the_prefix_is_a_problem_404(browser):
     response = browser.get("/crm/api/v1/nope")
     assert response.status_code == 404 and response.content_type == "application/problem+json"
     assert response.json["code"] == "not_found"
-    assert response.json["type"] == "http://localhost/crm/docs/api/problems/not_found"
-    assert browser.get(urlsplit(response.json["type"]).path).status_code == 200
+    assert response.json["type"] == "/crm/docs/api/problems/not_found", "under the mount prefix, from no header"
+    assert browser.get(response.json["type"]).status_code == 200
 
 
 def test_the_api_answers_under_the_prefix_with_a_token(browser, ws):
@@ -115,3 +115,12 @@ def test_location_and_next_links_carry_the_prefix(browser, ws):
 def test_mounting_at_the_root_is_refused():
     with pytest.raises(ValueError, match="prefix"):
         LeadService(Flask("host_site"), url_prefix="/")
+
+
+def test_the_services_root_and_form_pages_are_under_the_prefix(browser, make_workspace):
+    tenant = make_workspace(lambda data: data.update(forms=[{"name": "Enquiry", "allowed_origins": []}]))
+    root = browser.get("/crm/")
+    assert root.status_code == 302 and root.headers["Location"] == "/crm/docs"
+    [form] = browser.get("/crm/api/v1/forms", headers=tenant.headers()).json["data"]
+    assert form["page_url"] == f"/crm/forms/{tenant.ids.forms['Enquiry']}"
+    assert browser.get(form["page_url"]).status_code == 200

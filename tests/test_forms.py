@@ -99,6 +99,30 @@ def test_json_submission_never_says_whether_a_contact_is_already_a_lead(client, 
         assert "Asha" not in text and "asha@example.com" not in text and "ld_" not in text
 
 
+@pytest.mark.parametrize("encoding", ["json", "form"])
+def test_a_submission_that_creates_nothing_waits_out_the_time_a_new_lead_takes(
+        client, tenant, form_id, monkeypatch, encoding):
+    """The duplicate or honeypot answer is not faster than a new lead's, so no caller can time which
+    contacts are leads already. The waits are recorded (with a median of 10 s taken for new leads),
+    never timed."""
+    import time
+    from collections import deque
+
+    from leadsvc import forms
+
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    monkeypatch.setattr(forms, "_CREATING_SECONDS", deque([10.0] * 3, maxlen=64), raising=False)
+    monkeypatch.setattr(forms, "_OVERRUN_SECONDS", deque([0.0], maxlen=64), raising=False)
+    send = submit_json if encoding == "json" else submit_form
+    phone = new_phone()
+    assert send(client, form_id, {"phone": phone}).status_code in (200, 201)
+    assert waits == [] and len(forms._CREATING_SECONDS) == 4, "a new lead waits for nothing, and is timed"
+    assert send(client, form_id, {"phone": phone}).status_code in (200, 201)
+    assert send(client, form_id, {"phone": new_phone(), "website": "http://spam.test"}).status_code in (200, 201)
+    assert len(waits) == 2 and all(9 < wait < 10 for wait in waits), "the duplicate and the honeypot wait"
+
+
 def test_duplicate_submission_creates_nothing_and_is_on_the_lead_timeline(client, tenant, form_id):
     phone = new_phone()
     submit_json(client, form_id, {"phone": phone})

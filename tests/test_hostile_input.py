@@ -119,6 +119,24 @@ def test_a_cursor_of_absurd_length_is_422(client, ws):
     assert_problem(response, 422, "validation_failed", "page[after]")
 
 
+@pytest.mark.parametrize("route", ["", "/{lead}/transitions", "/{lead}/audit"])
+def test_a_cursor_of_deeply_nested_json_is_422(client, ws, route):
+    import base64
+
+    lead = client.post("/api/v1/leads", json=lead_body(), headers=ws.headers()).json["data"]["id"]
+    cursor = base64.urlsafe_b64encode(b"[" * 1000).rstrip(b"=").decode()
+    response = client.get(f"/api/v1/leads{route.format(lead=lead)}?page[after]={cursor}", headers=ws.headers())
+    assert_problem(response, 422, "validation_failed", "page[after]")
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59-14:00"])
+def test_an_occurred_at_that_leaves_the_calendar_in_utc_is_422(client, ws, moment):
+    lead = client.post("/api/v1/leads", json=lead_body(), headers=ws.headers()).json["data"]["id"]
+    response = client.post(f"/api/v1/leads/{lead}/activities", json={"kind": "call", "summary": "x", "occurred_at": moment},
+                           headers=ws.headers())
+    assert_problem(response, 422, "validation_failed", "occurred_at")
+
+
 # --- bytes a database cannot store ---------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["nul\u0000byte", "lone \ud800 surrogate"], ids=["nul", "surrogate"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -156,13 +156,25 @@ def test_keys_expire_after_24_hours(client, ws):
     assert row.expires_at - row.created_at == timedelta(hours=24)
 
 
-def test_expired_keys_are_purged(client, ws, monkeypatch):
+def test_expired_keys_are_purged(client, ws):
     key = uuid.uuid4().hex
     post(client, ws, lead_body(), key)
-    IdempotencyKey.update(expires_at=utcnow() - timedelta(seconds=1)).where(IdempotencyKey.key == key).execute()
-    monkeypatch.setattr(idempotency, "_next_purge", 0.0)
+    IdempotencyKey.update(expires_at=datetime(2000, 1, 1)).where(IdempotencyKey.key == key).execute()
     post(client, ws, lead_body(), uuid.uuid4().hex)
     assert IdempotencyKey.select().where(IdempotencyKey.key == key).count() == 0
+
+
+def test_expired_keys_are_purged_faster_than_new_keys_are_written_at_any_rate(client, ws):
+    """Each round writes one key and then lets it expire (as if a day had passed): however fast
+    the rounds come, the expired keys do not pile up."""
+    mine = []
+    for _ in range(30):
+        mine.append(uuid.uuid4().hex)
+        assert post(client, ws, lead_body(), mine[-1]).status_code == 201
+        # Older than any other expired key in the table, so these are the first to go.
+        IdempotencyKey.update(expires_at=datetime(2000, 1, 1)).where(IdempotencyKey.key.in_(mine)).execute()
+    assert IdempotencyKey.select().where(IdempotencyKey.key.in_(mine)).count() <= 1, \
+        "only the last key, expired after the last write, is left"
 
 
 def test_the_key_is_documented_on_every_post(app):

@@ -1,5 +1,7 @@
 """POST /api/v1/leads: validation, normalization, duplicates and what a new lead starts with."""
 
+import re
+
 import pytest
 
 from conftest import create_lead, lead_body, new_phone
@@ -206,6 +208,28 @@ def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, ws):
     assert Activity.select().count() == before, "an error changes nothing"
 
 
+def test_a_create_only_token_learns_a_duplicates_id_but_never_reads_it(client, ws):
+    first = create_lead(client, ws, email="known@example.com", first_name="Known")
+    create_only = ws.headers("admin@t.test", ("leads:create",))
+    response = client.post("/api/v1/leads", json={"phone": first["contact"]["phone"], "email": "known@example.com"},
+                           headers=create_only)
+    assert response.status_code == 200
+    assert response.json == {"data": {"id": first["id"]}, "duplicate": True, "matched_on": ["phone", "email"]}
+    assert "Known" not in response.get_data(as_text=True)
+    new = client.post("/api/v1/leads", json=lead_body(ws), headers=create_only)
+    assert new.status_code == 201 and new.json["data"]["contact"]["first_name"] == "Asha", \
+        "a lead it just created is shown whole"
+
+
+def test_without_leads_read_a_duplicate_outside_the_scope_is_still_409(client, ws):
+    lead = create_lead(client, ws)
+    outsider = next(email for email in ("n1@t.test", "n2@t.test", "s1@t.test")
+                    if ws.ids.members[email] != lead["owner"]["id"])
+    response = client.post("/api/v1/leads", json={"phone": lead["contact"]["phone"]},
+                           headers=ws.headers(outsider, ("leads:create",)))
+    assert response.status_code == 409 and lead["id"] not in response.get_data(as_text=True)
+
+
 def test_a_lead_routed_outside_the_creators_scope_is_shown_once_then_hidden(client, make_workspace):
     ws = make_workspace(lambda d: d.update(rules=[{"name": "All South", "assign": {"team": "South",
                                                                                   "strategy": "round_robin"}}]))
@@ -240,3 +264,64 @@ def test_public_ids_start_with_their_second_then_keep_16_random_digits(monkeypat
     leading = {models.new_public_id("act_")[10] for _ in range(2000)}
     assert len(leading) > 55, "the first random digit takes (nearly) every base-62 value: enough random bits"
     assert max(same_second) < next_second, "a later second sorts after"
+
+
+# --- a phone holds digits, spaces and + - . ( ) only ---------------------------------------------
+
+LETTERED_PHONES = ["98765abcde", "+91 98765 ABCDE", "9876543210x", "98765-4321O"]
+
+
+def with_a_form(data):
+    data["forms"] = [{"name": "Enquiry", "source": "Website", "allowed_origins": ["https://acme.test"]}]
+
+
+def phone_through(path, client, ws, phone, tmp_path, database_url):
+    """Send `phone` through one of the ways a lead comes in: its 422 errors (None: no 422) and the
+    phones stored in the workspace afterwards."""
+    errors = None
+    if path == "api create":
+        response = post(client, ws, {"phone": phone})
+        errors = response.json.get("errors") if response.status_code == 422 else None
+    elif path == "api patch":
+        lead = create_lead(client, ws, phone=None, email="patch@example.com")
+        response = client.patch(f"/api/v1/leads/{lead['id']}", json={"phone": phone}, headers=ws.headers())
+        errors = response.json.get("errors") if response.status_code == 422 else None
+    elif path in ("form json", "form encoded"):
+        url = f"/api/v1/forms/{ws.ids.forms['Enquiry']}/submissions"
+        if path == "form json":
+            response = client.post(url, json={"phone": phone})
+            errors = response.json.get("errors") if response.status_code == 422 else None
+        else:
+            response = client.post(url, data={"phone": phone})
+            shown = re.findall(r'<p class="error" id="error-phone">([^<]*)</p>', response.get_data(as_text=True))
+            errors = {"phone": shown} if response.status_code == 422 else None
+    else:   # csv import
+        import csv
+        import json
+        import os
+
+        from click.testing import CliRunner
+
+        from leadsvc.cli import cli
+
+        file = tmp_path / "leads.csv"
+        with open(file, "w", newline="") as fh:
+            csv.writer(fh).writerows([["phone"], [phone]])
+        result = CliRunner().invoke(cli, ["--config", os.devnull, "import", str(file), "--workspace", ws.public_id,
+                                          "--json"], env={"LEADSVC_DATABASE_URL": database_url},
+                                    catch_exceptions=False)
+        report = json.loads(result.stdout)
+        errors = {e["field"]: [e["message"]] for e in report["errors"]} or None
+    phones = [p for (p,) in Lead.select(Lead.phone).join(Workspace)
+              .where(Workspace.public_id == ws.public_id).tuples() if p]
+    return errors, phones
+
+
+@pytest.mark.parametrize("path", ["api create", "api patch", "form json", "form encoded", "csv import"])
+@pytest.mark.parametrize("phone", LETTERED_PHONES)
+def test_a_phone_with_a_letter_is_422_on_every_way_in_never_keypad_digits(
+        client, make_workspace, tmp_path, database_url, path, phone):
+    ws = make_workspace(with_a_form)
+    errors, phones = phone_through(path, client, ws, phone, tmp_path, database_url)
+    assert errors is not None and "Indian mobile" in " ".join(errors.get("phone", [])), errors
+    assert phones == [], "nothing was stored, least of all the letters read as keypad digits"

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -98,6 +99,59 @@ def test_json_logs_are_one_object_per_line_with_the_request_id(make_app, ws):
     assert access[1]["status"] == 401 and "token_id" not in access[1]
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
     assert "lsk_" not in stream.getvalue()
+
+
+FORGED_LINE = "2026-11-24 15:44:00,000 INFO leadsvc.access: DELETE /api/v1/leads/ld_x 204"
+# A line break, a carriage return, an ANSI escape, NEL and the Unicode line separator: each can
+# end or rewrite a line in some log viewer.
+HOSTILE_PATH = "/forms/x%0A" + FORGED_LINE.replace(" ", "%20") + "%0D%1B[2J%C2%85%E2%80%A8end"
+RECORD_START = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3} [A-Z]+ [\w.]+: ")
+
+
+def logged(make_app, log_format, requests):
+    """What the log handler of `leadsvc serve` writes while the requests run."""
+    stream = io.StringIO()
+    handler = configure_logging({"level": "INFO", "format": log_format}, stream=stream)
+    try:
+        client = make_app().test_client()
+        for request in requests:
+            request(client)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return stream.getvalue()
+
+
+def test_text_log_escapes_control_characters_a_client_sent_so_no_line_is_forged(make_app):
+    text = logged(make_app, "text", [lambda client: client.get(HOSTILE_PATH)])
+    [line] = [line for line in text.splitlines() if "leadsvc.access" in line]
+    assert text.count("\n") == 1 and RECORD_START.match(text), "one record, one line"
+    assert "x\\n2026-11-24 15:44:00,000 INFO" in line and "\\r\\x1b[2J\\x85\\u2028end 404" in line
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", text.replace("\n", "")), "no raw control character"
+
+
+def test_text_log_keeps_a_traceback_under_its_record_where_no_line_passes_for_a_record(make_app):
+    def fail_with_the_input(client):
+        try:
+            raise ValueError("bad input x\n" + FORGED_LINE + "\r\x1b[2J")
+        except ValueError:
+            logging.getLogger("leadsvc").exception("request %s failed", "req\n" + FORGED_LINE)
+
+    text = logged(make_app, "text", [fail_with_the_input])
+    lines = text.splitlines()
+    assert [line for line in lines if RECORD_START.match(line)] == [lines[0]], "one record"
+    assert FORGED_LINE in lines[0] and "Traceback (most recent call last):" in text
+    assert all(line.startswith("  ") for line in lines[1:]), "the traceback's lines are indented under it"
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", text)
+
+
+def test_json_log_escapes_every_control_character_and_keeps_the_value(make_app):
+    text = logged(make_app, "json", [lambda client: client.get(HOSTILE_PATH)])
+    lines = text.split("\n")[:-1]
+    access = [json.loads(line) for line in lines if '"leadsvc.access"' in line]
+    assert len(access) == 1 and access[0]["path"].endswith("\r\x1b[2J\x85\u2028end")
+    assert access[0]["path"].startswith("/forms/x\n" + FORGED_LINE)
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", text.replace("\n", "")), "no raw control character"
+    assert all(json.loads(line) for line in lines)
 
 
 def test_access_log_can_be_turned_off(make_app, caplog):

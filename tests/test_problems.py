@@ -4,7 +4,6 @@
 """
 
 import json
-from urllib.parse import urlsplit
 
 import peewee
 import pytest
@@ -265,13 +264,19 @@ def test_every_code_has_a_page_at_its_type(client, code):
 
 def test_problem_type_is_a_page_of_the_service_itself(client):
     problem_type = client.get("/nope").json["type"]
-    assert problem_type == "http://localhost/docs/api/problems/not_found"
-    assert client.get(urlsplit(problem_type).path).status_code == 200
+    assert problem_type == "/docs/api/problems/not_found"
+    assert client.get(problem_type).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{"Host": "evil.test"}, {"X-Forwarded-Host": "evil.test"},
+                                     {"X-Forwarded-Prefix": "/evil"}, {"Forwarded": "host=evil.test"}])
+def test_problem_type_is_never_built_from_request_headers(client, headers):
+    assert client.get("/nope", headers=headers).json["type"] == "/docs/api/problems/not_found"
 
 
 def test_docs_url_setting_changes_the_type_base(make_app):
     client = make_app(api={"docs_url": "https://docs.example.com/leadsvc/"}).test_client()
-    body = client.get("/nope").json
+    body = client.get("/nope", headers={"Host": "evil.test"}).json
     assert body["type"] == "https://docs.example.com/leadsvc/api/problems/not_found"
 
 

@@ -5,7 +5,22 @@ import pytest
 from conftest import ROLE_EMAILS
 
 REFERENCE_PATHS = ["/api/v1/statuses", "/api/v1/sources", "/api/v1/members", "/api/v1/teams",
-                   "/api/v1/custom-fields"]
+                   "/api/v1/custom-fields", "/api/v1/forms"]
+
+
+def with_forms(data):
+    data["forms"] = [{"name": "Website enquiry", "source": "Website", "allowed_origins": ["https://acme.test"]},
+                     {"name": "Walk-in", "allowed_origins": []}]
+
+
+@pytest.fixture
+def ws(make_workspace):
+    return make_workspace(with_forms)
+
+
+@pytest.fixture
+def other_ws(make_workspace):
+    return make_workspace(with_forms)
 
 
 def test_statuses_come_in_pipeline_order_with_their_allowed_moves(client, ws):
@@ -42,3 +57,32 @@ def test_reference_data_needs_a_token(client, path):
     response = client.get(path)
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_forms_list_each_form_with_its_source_and_the_path_of_its_page(client, ws):
+    body = client.get("/api/v1/forms", headers=ws.headers("n1@t.test", ("leads:create",))).json
+    assert body["links"] == {"next": None} and body["meta"] == {"has_more": False}
+    assert body["data"] == [
+        {"id": ws.ids.forms["Walk-in"], "name": "Walk-in", "source": None,
+         "page_url": f"/forms/{ws.ids.forms['Walk-in']}"},
+        {"id": ws.ids.forms["Website enquiry"], "name": "Website enquiry",
+         "source": {"id": ws.ids.sources["Website"], "name": "Website"},
+         "page_url": f"/forms/{ws.ids.forms['Website enquiry']}"},
+    ]
+    page = client.get(body["data"][1]["page_url"])
+    assert page.status_code == 200 and "<h1>Website enquiry</h1>" in page.get_data(as_text=True)
+
+
+def test_forms_list_is_in_the_openapi_document(client):
+    spec = client.get("/api/v1/openapi.json").json
+    operation = spec["paths"]["/api/v1/forms"]["get"]
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    item = spec["components"]["schemas"][spec["components"]["schemas"][schema]["properties"]["data"]["items"]["$ref"]
+                                         .rsplit("/", 1)[1]]
+    assert set(item["properties"]) == {"id", "name", "source", "page_url"}
+
+
+def test_the_root_redirects_to_the_docs(client):
+    response = client.get("/")
+    assert response.status_code == 302 and response.headers["Location"] == "/docs"
+    assert client.get(response.headers["Location"]).status_code == 200
