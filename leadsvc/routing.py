@@ -108,14 +108,16 @@ class DatabaseTurns:
         self.workspace_id = workspace_id
 
     def after_last(self, holder: Rule | None, agents: list[Member]) -> Member | None:
+        # One UPDATE reads the last agent, writes the next (next_after, as SQL) and locks the row.
         model, holder_id = (Workspace, self.workspace_id) if holder is None else (Rule, holder.id)
-        row = for_update(model.select(model.id, model.rotation_last_member_id)
-                         .where(model.id == holder_id)).first()
-        if row is None:
+        last = pw.fn.COALESCE(model.rotation_last_member_id, 0)
+        after_last = pw.Case(None, [(last < agent.id, agent.id) for agent in agents], agents[0].id)
+        rotated = (model.update(rotation_last_member_id=after_last).where(model.id == holder_id)
+                   .returning(model.rotation_last_member_id).tuples().execute())
+        chosen = next(iter(rotated), None)
+        if chosen is None:
             return None   # the rule was deleted meanwhile
-        agent = next_after(row.rotation_last_member_id, agents)
-        model.update(rotation_last_member_id=agent.id).where(model.id == holder_id).execute()
-        return agent
+        return next(agent for agent in agents if agent.id == chosen[0])
 
     def least_open(self, rule: Rule, agents: list[Member]) -> Member | None:
         if for_update(Rule.select(Rule.id).where(Rule.id == rule.id)).first() is None:

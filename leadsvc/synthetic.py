@@ -140,6 +140,10 @@ class _Turns:
     least_open = after_last
 
 
+def _table(model: type[pw.Model]) -> str:
+    return model._meta.table_name   # Model._meta: peewee's documented table metadata
+
+
 class _Writer:
     """Multi-row INSERT through executemany (SQLite) or COPY (PostgreSQL), columns by name."""
 
@@ -149,7 +153,7 @@ class _Writer:
     def write(self, model: type[pw.Model], columns: Sequence[str], rows: list[tuple]) -> None:
         if not rows:
             return
-        table = model._meta.table_name   # peewee's documented model metadata
+        table = _table(model)
         names = ", ".join(f'"{c}"' for c in columns)
         cursor = database.cursor()
         if self.postgres:
@@ -481,7 +485,7 @@ def _indexes_built_after(models: Sequence[type[pw.Model]]) -> Iterator[None]:
     dropped: list[str] = []
     restore: list[str] = []
     for model in models:
-        table = model._meta.table_name
+        table = _table(model)
         if is_postgres():
             for name, definition in database.execute_sql(
                     "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
