@@ -26,8 +26,6 @@ log = logging.getLogger("leadsvc")
 # take well under 2 KiB; waitress's own, larger limit answers with a plain-text 431 before us.
 MAX_HEADER_BYTES = 16 * 1024
 
-_BODY_HEADER_KEYS = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})   # the headers WSGI keeps without HTTP_
-
 # Redis must never stall a request: a dead server fails fast, and the limiter then counts in this
 # process (flask-limiter's in-memory fallback) until Redis answers again. redis-py otherwise
 # retries three times with backoff of up to 14 seconds in all.
@@ -72,11 +70,7 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
 
     @app.before_request
     def check_header_size() -> None:
-        # Counted from the WSGI environ, where each header is HTTP_<NAME> (or CONTENT_TYPE and
-        # CONTENT_LENGTH) with a name of the same length: request.headers spells each name anew.
-        size = sum(len(key) - (5 if key[:5] == "HTTP_" else 0) + len(value) + 4
-                   for key, value in request.environ.items()
-                   if key[:5] == "HTTP_" or key in _BODY_HEADER_KEYS)
+        size = sum(len(name) + len(value) + 4 for name, value in request.headers.items())   # "name: value\r\n"
         if size > MAX_HEADER_BYTES:
             raise RequestHeaderFieldsTooLarge(f"Request headers may take at most {MAX_HEADER_BYTES} bytes.")
 

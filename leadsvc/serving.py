@@ -19,7 +19,7 @@ from flask import Flask
 from waitress import wasyncore
 from waitress.server import create_server
 
-from .db import database
+from . import db
 
 log = logging.getLogger("leadsvc")
 
@@ -81,7 +81,7 @@ def serve(app: Flask, host: str, port: int) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        close_database()
+        db.close()
 
 
 def finish(server: Any, timeout: float) -> None:
@@ -93,14 +93,3 @@ def finish(server: Any, timeout: float) -> None:
     server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
     server.close()
     log.info("stopped")
-
-
-def close_database() -> None:
-    """Close this thread's connection and, on PostgreSQL, every pooled one."""
-    db = database.obj
-    if db is None:
-        return
-    if not db.is_closed():
-        db.close()
-    if hasattr(db, "close_all"):
-        db.close_all()
