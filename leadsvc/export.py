@@ -1,20 +1,29 @@
-"""GET /api/v1/leads/export.csv: the caller's leads as CSV, streamed in keyset chunks.
+"""GET /api/v1/leads/export.csv: the caller's leads as CSV, read in keyset chunks.
 
 The rows are the caller's scope (visible_leads) narrowed by the list's filters, read a chunk at a
 time on the list's keyset order, so an export of any size holds one chunk in memory. Free-text
 cells that a spreadsheet would run as a formula are defused with a leading apostrophe.
+
+Each export is written to a temporary file that the WSGI server is given to send
+(wsgi.file_wrapper): the worker thread is free once the file is written, and waitress sends it
+from the file at the client's pace, holding none of it in memory. Writing takes a thread for
+seconds, so at most half the server's threads write exports at once: the rest always serve
+everything else, and an export beyond that is a 429 (docs/design.md, "Slow export readers").
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import tempfile
+import threading
 from datetime import date
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 import marshmallow as ma
-from flask import Response, request, stream_with_context
+from flask import Response, current_app, request
 from flask.views import MethodView
+from werkzeug.wsgi import wrap_file
 
 from .auth import requires, visible_leads
 from .config import settings
@@ -22,6 +31,7 @@ from .documents import Refs, request_refs
 from .extensions import Blueprint
 from .listing import SORTS, LeadFilterQuery, filter_leads, unknown_filters
 from .models import Lead
+from .problems import TooManyRequests
 from .schemas import rfc3339
 from .scoring import band
 
@@ -29,6 +39,7 @@ blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",
                 description="The caller's leads as a CSV file.")
 
 CHUNK = 500
+RETRY_AFTER_BUSY = 5   # seconds a client waits when every export writer is busy
 # The import's columns first, so an export can be imported into another workspace as it is.
 COLUMNS = ("id", "first_name", "last_name", "phone", "email", "source", "estimated_value", "currency",
            "status", "owner", "owner_email", "team", "score", "score_band", "created_at", "updated_at",
@@ -62,11 +73,41 @@ class LeadExport(MethodView):
         unknown = unknown_filters(request.args)
         filters = {key: value for key, value in params.items() if key != "sort"}
         query = None if unknown else filter_leads(visible_leads(), filters, refs, settings())
-        response = Response(stream_with_context(csv_rows(query, params["sort"], refs)), mimetype="text/csv")
+        file, size = written(csv_rows(query, params["sort"], refs))
+        response = Response(wrap_file(request.environ, file), mimetype="text/csv", direct_passthrough=True)
+        response.content_length = size
         response.headers["Content-Disposition"] = f'attachment; filename="leads-{date.today().isoformat()}.csv"'
         if unknown:
             response.headers["X-Unknown-Filters"] = ",".join(unknown)
         return response
+
+
+@blp.record_once
+def _writers(state: Any) -> None:
+    """The app's export writers: half its server threads, at least one."""
+    threads = state.app.config["LEADSVC"]["server"]["threads"]
+    state.app.extensions["leadsvc.export_writers"] = threading.BoundedSemaphore(max(1, threads // 2))
+
+
+def written(rows: Iterator[str]) -> tuple[IO[bytes], int]:
+    """The rows in a temporary file, rewound, and its size. One of the app's export writers is
+    taken while they are written: a 429 when none is free."""
+    writers = current_app.extensions["leadsvc.export_writers"]
+    if not writers.acquire(blocking=False):
+        raise TooManyRequests("The service is writing as many exports as it writes at once; "
+                              f"retry in {RETRY_AFTER_BUSY} seconds.", RETRY_AFTER_BUSY)
+    file = tempfile.TemporaryFile()
+    try:
+        for chunk in rows:
+            file.write(chunk.encode())
+        size = file.tell()
+        file.seek(0)
+        return file, size
+    except BaseException:
+        file.close()
+        raise
+    finally:
+        writers.release()
 
 
 def csv_rows(query: Any, sort: str, refs: Refs) -> Iterator[str]:

@@ -105,7 +105,7 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
     @app.after_request
     def write_headers(response: Response) -> Response:
         """RateLimit-Limit, -Remaining and -Reset (seconds from now) of the limit this request
-        counted against, and on a 429 Retry-After (the same seconds)."""
+        counted against, and on a 429 without one Retry-After (the same seconds)."""
         counted = limiter.current_limit
         if counted is None:
             return response
@@ -119,7 +119,7 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
         headers["RateLimit-Limit"] = str(counted.limit.amount)
         headers["RateLimit-Remaining"] = str(remaining)
         headers["RateLimit-Reset"] = seconds
-        if response.status_code == 429:
+        if response.status_code == 429 and "Retry-After" not in headers:   # a busy export says its own
             headers["Retry-After"] = seconds
         return response
 

@@ -53,8 +53,9 @@ CODES: dict[str, tuple[int, str, str]] = {
                           "parameter such as `page[size]`, or a header such as `Idempotency-Key`) to a "
                           "list of messages. Nothing was changed."),
     "rate_limited": (429, "Too many requests",
-                     "The caller went over its rate limit. Wait the number of seconds in "
-                     "`Retry-After`; the `RateLimit-*` headers show the budget."),
+                     "The caller went over its rate limit, or asked for a CSV export while the "
+                     "service was writing as many as it writes at once. Wait the number of seconds "
+                     "in `Retry-After`; the `RateLimit-*` headers show the rate limit's budget."),
     "bad_request": (400, "Bad request",
                     "The request breaks HTTP in a way the service cannot take (for example headers "
                     "that are too large); `status` carries the precise 4xx code."),
@@ -146,6 +147,13 @@ class ValidationFailed(Problem):
     @classmethod
     def field(cls, name: str, message: str) -> "ValidationFailed":
         return cls(errors={name: [message]})
+
+
+class TooManyRequests(Problem):
+    status, code = 429, "rate_limited"
+
+    def __init__(self, detail: str, retry_after: int):
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
 
 
 class ServiceUnavailable(Problem):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from typing import Any, Mapping
 
 from flask import Flask
@@ -31,6 +32,14 @@ def waitress_options(app: Flask, server: Mapping[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = {
         "threads": server["threads"], "connection_limit": server["connection_limit"],
         "channel_timeout": server["channel_timeout"], "ident": "leadsvc",
+        # No high watermark: with one, a worker thread waits while more than that many bytes of
+        # its connection's output are unsent (also before serving a pipelined request), and
+        # waitress never times out a connection whose request is running, so a client that stops
+        # reading would hold the thread for as long as it stays connected. Unsent output past
+        # outbuf_overflow (1 MiB) waits in a temporary file, and a connection that takes nothing
+        # for channel_timeout seconds is closed. The one large response, the CSV export, is
+        # handed over as a file (export.py).
+        "outbuf_high_watermark": sys.maxsize,
         # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
         "max_request_body_size": app.config["MAX_CONTENT_LENGTH"] * 16,
     }

@@ -1,4 +1,4 @@
-"""CSV import (through the API's create path) and export (the caller's scope, streamed)."""
+"""CSV import (through the API's create path) and export (the caller's scope, read in chunks)."""
 
 from __future__ import annotations
 
@@ -215,6 +215,19 @@ def test_export_takes_the_list_filters_and_an_unknown_filter_gives_the_header_on
     assert unknown.get_data(as_text=True).count("\n") == 1
     bad = client.get("/api/v1/leads/export.csv?filter[status]=New", headers=headers)
     assert bad.status_code == 422 and "filter[status]" in bad.json["errors"]
+
+
+def test_an_export_while_every_export_writer_is_busy_is_a_429_to_retry_in_seconds(make_app, ws):
+    app = make_app(server={"threads": 2}, rate_limits={"enabled": True})   # one writer: half the threads
+    writers = app.extensions["leadsvc.export_writers"]
+    assert writers.acquire(blocking=False)   # as an export being written
+    try:
+        busy = app.test_client().get("/api/v1/leads/export.csv", headers=ws.headers())
+    finally:
+        writers.release()
+    assert busy.status_code == 429 and busy.json["code"] == "rate_limited"
+    assert busy.headers["Retry-After"] == "5"   # its own wait, not the rate limit's window
+    assert app.test_client().get("/api/v1/leads/export.csv", headers=ws.headers()).status_code == 200
 
 
 def test_export_is_documented_as_text_csv(client):

@@ -1,19 +1,25 @@
 """`leadsvc serve` under load and under malformed HTTP: concurrent creates and reads are all
-answered, and a request waitress cannot parse gets waitress's 400."""
+answered, a request waitress cannot parse gets waitress's 400, and clients that never read a large
+export hold no worker thread."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 import pytest
 
+from conftest import bulk_leads
+from leadsvc.models import Lead, Workspace
 from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
-from served import ServedProcess
+from served import ServedProcess, wait_until
 from served import call as served_call
 
 
@@ -83,3 +89,89 @@ def test_a_request_waitress_cannot_parse_gets_its_400_and_serving_goes_on(databa
             # HTTP/1.0 or 1.1: waitress answers in the version it had read when it gave up.
             assert re.fullmatch(rb"HTTP/1\.[01] 400 Bad Request", status_line(server.port, raw)), name
         assert served_call(server.url, "GET", "/healthz").status == 200
+
+
+# waitress makes a worker thread wait while more than outbuf_high_watermark (16 MiB) of its
+# connection's output is unsent, and the kernel takes up to tcp_wmem's 4 MiB more: an export of
+# ~23 MiB (70,000 leads with a note each) is past both.
+EXPORT_LEADS = 70_000
+NOTE = "Called twice, wants a site visit on a weekend; budget confirmed with the family. " * 2
+THREADS = 4
+NEVER_READING = 2 * THREADS   # in each of two rounds
+
+
+def vm_rss(pid: int) -> int:
+    """The process's resident memory in bytes (/proc/PID/status VmRSS)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def never_reading_export(port: int, token: str) -> socket.socket:
+    """A connection that asks for the export, and then /healthz in the same packet (pipelined),
+    and never reads."""
+    connection = socket.socket()
+    # Set before connecting, so the window the client offers stays small.
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.settimeout(60)
+    connection.connect(("127.0.0.1", port))
+    connection.sendall(f"GET /api/v1/leads/export.csv HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       f"Authorization: Bearer {token}\r\n\r\n"
+                       f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    return connection
+
+
+def peeked_status(connection: socket.socket) -> int:
+    """The status code of the first response on the connection, left unread."""
+    return int(connection.recv(12, socket.MSG_PEEK).split()[1])
+
+
+@pytest.mark.slow
+def test_clients_that_never_read_an_export_leave_health_and_lists_answering_within_a_second(ws, database_url, tmp_path):
+    bulk_leads(ws, EXPORT_LEADS, random.Random(11))
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    Lead.update(custom_fields={"notes_from_call": NOTE}).where(Lead.workspace == workspace.id).execute()
+    admin, agent = ws.headers(), ws.headers("n1@t.test")
+    environment = {"LEADSVC_DATABASE_URL": database_url, "LEADSVC_RATE_LIMITS_ENABLED": "false",
+                   "LEADSVC_SERVER_THREADS": str(THREADS)}
+
+    slowest = 0.0
+
+    def answers_within_a_second() -> None:
+        # The timeout is the assertion: a request that waits for a thread raises TimeoutError.
+        nonlocal slowest
+        started = time.monotonic()
+        assert served_call(server.url, "GET", "/healthz", timeout=1).status == 200
+        listed = served_call(server.url, "GET", "/api/v1/leads?page[size]=5", headers=agent, timeout=1)
+        assert listed.status == 200 and len(listed.json()["data"]) == 5
+        slowest = max(slowest, time.monotonic() - started)
+
+    def an_export_writer_is_free() -> bool:
+        # An unknown filter exports the header alone, through the same writers.
+        return served_call(server.url, "GET", "/api/v1/leads/export.csv?filter[colour]=red", headers=admin,
+                           timeout=5).status == 200
+
+    with ServedProcess(environment, tmp_path / "serve.log") as server, ExitStack() as readers:
+        exported = served_call(server.url, "GET", "/api/v1/leads/export.csv", headers=admin, timeout=60)
+        assert exported.status == 200 and len(exported.body) > 20 * 2**20, len(exported.body)
+        before = vm_rss(server.process.pid)
+
+        for _ in range(2):   # the first round's clients still read nothing during the second
+            connections = [readers.enter_context(never_reading_export(server.port, ws.token()))
+                           for _ in range(NEVER_READING)]
+            answers_within_a_second()
+            statuses = [peeked_status(connection) for connection in connections]
+            # Some are written; the rest find every export writer busy and are told to come back.
+            assert 200 in statuses and set(statuses) <= {200, 429}, statuses
+            wait_until(an_export_writer_is_free, 60, "an export writer free again")
+            answers_within_a_second()
+        # The unread exports (over 20 MiB each) wait in temporary files, not in memory.
+        grown = vm_rss(server.process.pid) - before
+        assert grown < 64 * 2**20, f"RSS grew by {grown / 2**20:.0f} MiB"
+        # Handed to waitress as a file, whose size it knows.
+        assert exported.headers["content-length"] == str(len(exported.body))
+    print(f"\nnever-reading export clients ({database_url.split(':')[0]}): an export of "
+          f"{len(exported.body) / 2**20:.1f} MiB, statuses {statuses}, health and list within {slowest:.2f} s, "
+          f"RSS grew {grown / 2**20:.0f} MiB")
