@@ -524,6 +524,7 @@ def write_results(text: str) -> None:
 
 
 def main() -> None:
+    global LEADSVC_PORT, BASELINE_PORT
     parser = argparse.ArgumentParser(description="leadsvc benchmarks against the baseline")
     parser.add_argument("--leads", type=int, default=1_000_000)
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
@@ -531,9 +532,12 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
     parser.add_argument("--build-only", action="store_true", help="build (or check) the databases and stop")
     parser.add_argument("--service-root", help="serve leadsvc from this checkout instead (implies --no-write)")
+    parser.add_argument("--port", type=int, default=LEADSVC_PORT,
+                        help="leadsvc's port (the baseline's is 10 above): another run may hold the default")
     parser.add_argument("--search-only", action="store_true",
                         help="measure only the search pages against the first page (implies --no-write)")
     args = parser.parse_args()
+    LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install wrk (make bench does this)")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]

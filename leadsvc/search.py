@@ -90,15 +90,16 @@ def _starts_with(column: pw.Field, prefix: str) -> pw.Expression:
 
 
 def matching(search: Search, workspace_id: int) -> pw.Expression:
-    """The condition on lead rows. It names the workspace even inside a narrower scope, so that
-    the search indexes (which start with the workspace) serve every scope."""
-    condition = Lead.workspace == workspace_id
+    """The condition on lead rows. A phone or e-mail search names the workspace even inside a
+    narrower scope, so that their indexes (which start with the workspace) serve every scope; a
+    name search finds parts by workspace, and leaves the lead rows to the scope's own indexes."""
     if search.kind == "phone":
-        return condition & _starts_with(Lead.phone_reversed, search.terms[0])
+        return (Lead.workspace == workspace_id) & _starts_with(Lead.phone_reversed, search.terms[0])
     if search.kind == "email":
-        return condition & _starts_with(Lead.email, search.terms[0])
+        return (Lead.workspace == workspace_id) & _starts_with(Lead.email, search.terms[0])
     if not search.terms:   # punctuation only, say: nothing is named that
         return pw.SQL("1 = 0")
+    condition = None
     # The rarest word decides the plan. Few matches: read them from the part index, then sort
     # them. Many: walk the list's sort index and probe each lead's parts, and a page fills
     # after a few rows. Neither plan suits the other case, and a planner's estimate of a prefix
@@ -107,11 +108,12 @@ def matching(search: Search, workspace_id: int) -> pw.Expression:
     rarest = min(search.terms, key=counts.__getitem__)
     for word in search.terms:
         if word == rarest and counts[word] < COMMON:
-            condition &= Lead.id.in_(_parts(workspace_id, word).select(LeadNamePart.lead))
+            term = Lead.id.in_(_parts(workspace_id, word).select(LeadNamePart.lead))
         else:
             probe = LeadNamePart.alias()
-            condition &= pw.fn.EXISTS(probe.select(pw.SQL("1")).where(
+            term = pw.fn.EXISTS(probe.select(pw.SQL("1")).where(
                 (probe.lead == Lead.id) & _starts_with(probe.part, word)))
+        condition = term if condition is None else condition & term
     return condition
 
 

@@ -231,3 +231,29 @@ def test_common_and_rare_words_find_the_same_leads_in_every_scope(client, ws, ma
         seen += [lead["id"] for lead in response.json["data"]]
         url = response.json["links"]["next"]
     assert sorted(seen) == sorted(mine)
+
+
+def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path, request):
+    from test_contract import fresh_database
+    from leadsvc.db import MigrationRunner
+    from leadsvc.models import Status, Workspace
+    db = fresh_database(backend, tmp_path, request)
+    runner = MigrationRunner(db, table_name="schema_migration")
+    with db.atomic():
+        runner.up(target="0007_partial_contact_indexes")
+    with db.bind_ctx([Workspace, Status, Lead]):
+        workspace = Workspace.create(name="Before search")
+        status = Status.create(workspace=workspace, name="New", position=1, kind="open")
+        # Only the columns 0007 has: phone_reversed comes with 0008.
+        Lead.insert(workspace=workspace, public_id="ld_" + "B" * 22, first_name="José", last_name="D'Souza",
+                    phone="+919876543210", status=status, custom_fields={}, score_reasons=[]).execute()
+        Lead.insert(workspace=workspace, public_id="ld_" + "C" * 22, email="x@y.test", status=status,
+                    custom_fields={}, score_reasons=[]).execute()
+    with db.atomic():
+        assert runner.up() == ["0008_search"]
+    with db.bind_ctx([Lead, LeadNamePart]):
+        rows = {lead.public_id[3]: lead for lead in Lead.select()}
+        assert rows["B"].phone_reversed == "012345678919" and rows["C"].phone_reversed is None
+        assert sorted(p.part for p in LeadNamePart.select().where(LeadNamePart.lead == rows["B"].id)) == \
+            ["d'souza", "jose", "souza"]
+    db.close()
