@@ -1,6 +1,8 @@
 """Query plans at benchmark scale. The lead list, every sort, for each role's scope, first and
 deep pages: each must read the scope's index in order (no sort step, no scan of the table). A
-create's duplicate lookup: it must read the phone and e-mail indexes, not the workspace.
+create's duplicate lookup: it must read the phone and e-mail indexes, not the workspace. A search
+(q) of each kind, in each role's scope: it must read its match index (a rare match is then
+sorted, which is cheap; a common one may come from the sort index, probing the match index).
 
     .venv/bin/python bench/explain.py sqlite:///bench/.cache/leads-1000000.sqlite3
 """
@@ -13,7 +15,7 @@ from datetime import datetime
 
 os.environ.setdefault("LEADSVC_CONFIG", os.devnull)
 
-from leadsvc import create_app, pipeline  # noqa: E402
+from leadsvc import create_app, pipeline, search  # noqa: E402
 from leadsvc.db import database, is_postgres  # noqa: E402
 from leadsvc.listing import SORTS  # noqa: E402
 from leadsvc.models import Lead, Member  # noqa: E402
@@ -58,7 +60,22 @@ def main(url: str) -> int:
     lines = plan(lookup)
     failures += report(problems(lines, ("lead_workspace_id_phone", "lead_workspace_id_email")),
                        f"{'create':<8} {'duplicate lookup':<24}", lines)
+    for role, email in ROLE_EMAILS.items():
+        member = Member.get(Member.email == email)
+        for label, q, index in SEARCHES:
+            query = SORTS["-created_at"].apply(Lead.select().where(SCOPES[role](member)).where(
+                search.matching(search.parse(q), member.workspace_id)), None).limit(51)
+            lines = plan(query)
+            failed = [f"{index} unused"] if index not in " ".join(lines) else []
+            failures += report(failed, f"{role:<8} q {label:<24}", lines)
     return failures
+
+
+# Each kind of q and the index that must serve it.
+SEARCHES = (("phone suffix", "43210", "lead_workspace_id_phone_reversed"),
+            ("e-mail", "asha.rao.12345@example.com", "lead_workspace_id_email"),
+            ("common name prefix", "ash", "leadnamepart_lead_id_part"),   # probed while walking the sort index
+            ("rare name prefix", "zqx", "leadnamepart_workspace_id_part_lead_id"))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +43,9 @@ REPORTS = ("funnel", "velocity", "conversion")
 DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
-           "rss_mb": 200}
+           "rss_mb": 200, "search_over_first_p50": 2.0}
+SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
+            "first and last name")
 
 
 def log(message: str) -> None:
@@ -262,6 +265,52 @@ def query_plans(db: Database) -> dict:
             "error": done.returncode not in (0, 1) or not lines}
 
 
+def search_terms(server: Server, token: str) -> dict[str, str]:
+    """A q of each kind that finds leads of the database: from a lead of the first page, and a
+    3-letter name prefix that few leads have (the match index, not the sort index, must serve it)."""
+    _, page, _ = get(server.url("/api/v1/leads?page%5Bsize%5D=200"), token)
+    contacts = [lead["contact"] for lead in page["data"]]
+    phone = next(c["phone"] for c in contacts if c["phone"])
+    email = next(c["email"] for c in contacts if c["email"])
+    named = next(c for c in contacts if len(c["first_name"]) >= 3 and c["last_name"])
+    return dict(zip(SEARCHES, (phone[-5:], email, named["first_name"][:3].lower(), "zqx",
+                               f"{named['first_name']} {named['last_name']}")))
+
+
+def measure_search(server: Server, token: str, seconds: float) -> dict:
+    """p50 of a first page for each kind of q against the plain first page, 1 connection."""
+    paths = {"plain": "/api/v1/leads"}
+    paths.update({kind: f"/api/v1/leads?{urllib.parse.urlencode({'q': q})}"
+                  for kind, q in search_terms(server, token).items()})
+    for path in paths.values():   # warm each query, and check it answers
+        status, body, _ = get(server.url(path), token)
+        if status != 200:
+            sys.exit(f"{path} answered {status}")
+        wrk(server.url(path), token, connections=1, seconds=2)
+    runs: dict[str, list] = {kind: [] for kind in paths}
+    for _ in range(3):   # interleaved, so noise hits every kind alike
+        for kind, path in paths.items():
+            runs[kind].append(wrk(server.url(path), token, connections=1, seconds=seconds))
+    first = statistics.median(r["p50_ms"] for r in runs["plain"])
+    found = {kind: len(get(server.url(path), token)[1]["data"]) for kind, path in paths.items()}
+    return {"first_p50_ms": first, "queries": {kind: paths[kind] for kind in SEARCHES},
+            "kinds": {kind: {"p50_ms": statistics.median(r["p50_ms"] for r in runs[kind]),
+                             "ratio": round(statistics.median(r["p50_ms"] for r in runs[kind]) / first, 3),
+                             "rows": found[kind],
+                             "errors": sum(r["errors_status"] for r in runs[kind])} for kind in SEARCHES}}
+
+
+def measure_search_only(db: Database, tokens: dict, seconds: float) -> dict:
+    """--search-only: the search figures alone, without the baseline and the other phases."""
+    secret = tokens["tokens"][ROLES["admin"]]["token"]
+    leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
+                     service_env(db.url), LEADSVC_PORT)
+    try:
+        return {"backend": db.backend, "plans": query_plans(db), "search": measure_search(leadsvc, secret, seconds)}
+    finally:
+        leadsvc.stop()
+
+
 def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
     # --service-root serves the leadsvc package of another checkout (a before/after comparison).
@@ -307,6 +356,9 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
                             "deep_p50_ms": p50(deep, "p50_ms"), "deep_p99_ms": p50(deep, "p99_ms"),
                             "errors": sum(r["errors_status"] for r in first + deep)}
         results["pages"]["ratio"] = round(results["pages"]["deep_p50_ms"] / results["pages"]["first_p50_ms"], 3)
+
+        log(f"{db.backend}: search (q) pages vs the plain first page, 1 connection")
+        results["search"] = measure_search(leadsvc, secret["admin"], seconds)
 
         log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
         _, sample, _ = get(leadsvc.url(f"{list_path}?page%5Bsize%5D=200"), secret["admin"])
@@ -383,8 +435,18 @@ def machine(backends: list[str]) -> dict:
     return info
 
 
+def search_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    search = r["search"]
+    return [(f"search page p50 / first page p50: {kind}", f"<= {TARGETS['search_over_first_p50']}",
+             f"{v['ratio']:.2f} ({v['p50_ms']:.1f} / {search['first_p50_ms']:.1f} ms, {v['rows']} rows)",
+             v["ratio"] <= TARGETS["search_over_first_p50"] and not v["errors"])
+            for kind, v in search["kinds"].items()]
+
+
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
+    if "list" not in r:   # --search-only
+        return search_verdicts(r)
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -393,6 +455,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     rows.append(("deep page p50 / first page p50", f"<= {TARGETS['deep_over_first_p50']}",
                  f"{pages['ratio']:.2f} ({pages['deep_p50_ms']:.1f} / {pages['first_p50_ms']:.1f} ms)",
                  pages["ratio"] <= TARGETS["deep_over_first_p50"]))
+    rows += search_verdicts(r)
     for name in REPORTS:
         report = r["reports"].get(name)
         if report is None:
@@ -433,6 +496,9 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   + f" (built {b['built_at']}, load average {b['load']:.1f} when it ended).", "",
                   "| target | goal | measured | result |", "|---|---|---|---|"]
         lines += [f"| {name} | {goal} | {value} | {mark[ok]} |" for name, goal, value, ok in verdicts(r)]
+        if "list" not in r:   # --search-only
+            lines += [""]
+            continue
         pages, c = r["pages"], r["create"]
         lines += ["", "| detail | leadsvc | baseline |", "|---|---|---|"]
         lines += [f"| list, {role}, 8 connections | {v['rps']:.0f} req/s (p50 {v['p50_ms']:.1f} ms) | "
@@ -458,6 +524,7 @@ def write_results(text: str) -> None:
 
 
 def main() -> None:
+    global LEADSVC_PORT, BASELINE_PORT
     parser = argparse.ArgumentParser(description="leadsvc benchmarks against the baseline")
     parser.add_argument("--leads", type=int, default=1_000_000)
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
@@ -465,7 +532,12 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
     parser.add_argument("--build-only", action="store_true", help="build (or check) the databases and stop")
     parser.add_argument("--service-root", help="serve leadsvc from this checkout instead (implies --no-write)")
+    parser.add_argument("--port", type=int, default=LEADSVC_PORT,
+                        help="leadsvc's port (the baseline's is 10 above): another run may hold the default")
+    parser.add_argument("--search-only", action="store_true",
+                        help="measure only the search pages against the first page (implies --no-write)")
     args = parser.parse_args()
+    LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: apt-get install wrk (make bench does this)")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -481,14 +553,15 @@ def main() -> None:
         if args.build_only:
             log(f"{backend}: {json.dumps(builds[backend])}")
             continue
-        results.append(measure(db, tokens, args.duration, args.service_root))
+        results.append(measure_search_only(db, tokens, args.duration) if args.search_only
+                       else measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
     if args.build_only:
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
-    if not args.no_write and not args.service_root:
+    if not args.no_write and not args.service_root and not args.search_only:
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import marshmallow as ma
 import peewee as pw
 
-from . import cursor
+from . import cursor, search
 from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS, Refs
@@ -171,9 +171,27 @@ class ReportFilterQuery(ma.Schema):
     owner = IdList("mem_", data_key="filter[owner]")
 
 
+class SearchText(ma.fields.String):
+    """`q`: parsed by search.parse, the one home of what a search string means."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        try:
+            return search.parse(super()._deserialize(value, attr, data, **kwargs))
+        except ValueError as exc:
+            raise ma.ValidationError(str(exc)) from None
+
+
+SEARCH_HELP = ("Search, by what is typed: digits (and spaces, `+ - . ( )`) with at least 4 digits find phones "
+               "ending in those digits; text with `@` finds e-mails equal to it or starting with it; anything "
+               "else is name words, each the start of the first or last name or of a part of one (case and "
+               "accents ignored). 2 to 100 characters once trimmed.")
+
+
 class LeadFilterQuery(ReportFilterQuery):
     """The filters of the lead list and its CSV export."""
 
+    q = SearchText(metadata={"description": SEARCH_HELP,
+                             "examples": ["98765 43210", "asha@example.com", "asha r"]})
     status = IdList("st_", data_key="filter[status]")
     score_band = Bands(data_key="filter[score_band]", metadata={"description": "hot, warm, cold; comma-separated."})
 
@@ -227,6 +245,8 @@ def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, 
             query = query.where(Lead.created_at >= start)
         if end is not None:
             query = query.where(Lead.created_at < end)
+    if "q" in filters:
+        query = query.where(search.matching(filters["q"], refs.workspace.id))
     return query
 
 

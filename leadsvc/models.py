@@ -205,6 +205,8 @@ class Lead(BaseModel):
     last_name = pw.CharField(max_length=100, default="")
     phone = pw.CharField(max_length=16, null=True)        # E.164
     email = pw.CharField(max_length=254, null=True)       # lower case
+    # The phone's digits back to front (search.phone_reversed): a suffix search is a prefix range.
+    phone_reversed = pw.CharField(max_length=16, null=True)
     # No index of their own (0006): the report index leads with workspace, status and source, and
     # statuses and sources are never deleted while leads use them.
     source = pw.ForeignKeyField(Source, null=True, index=False)
@@ -251,6 +253,24 @@ Lead.add_index(Lead.index(Lead.workspace, Lead.phone, unique=True, where=Lead.ph
                           name="lead_workspace_id_phone"))
 Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.email.is_null(False),
                           name="lead_workspace_id_email"))
+# Search by the end of a phone (0008).
+Lead.add_index(Lead.index(Lead.workspace, Lead.phone_reversed, where=Lead.phone_reversed.is_null(False),
+                          name="lead_workspace_id_phone_reversed"))
+
+
+class LeadNamePart(BaseModel):
+    """A lead's first and last names and their parts, folded, for search by name words (0008).
+    Written with the lead's names by pipeline (create, update) and the demo loader."""
+
+    lead = pw.ForeignKeyField(Lead, on_delete="CASCADE", index=False, backref="+")
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    part = pw.CharField(max_length=100)
+
+    class Meta:
+        table_name = "lead_name_part"
+        # A word is a range of parts in the workspace, the lead id from the index alone; and a
+        # lead's parts, probed while walking a sort index (and replaced when its names change).
+        indexes = ((("workspace", "part", "lead"), False), (("lead", "part"), False))
 
 
 class OpenLeadCount(BaseModel):
@@ -349,5 +369,5 @@ class IdempotencyKey(BaseModel):
 
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
-    Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount,
+    Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart,
 ]

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import peewee as pw
 
-from . import routing
+from . import routing, search
 from .auth import Caller, in_lead_scope, lead_scope, member_scope
 from .db import any_of, for_update, transaction
 from .documents import Refs, etag
@@ -239,7 +239,8 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     now = utcnow()
     status = refs.first_status()
     lead = Lead(workspace=actor.workspace.id, first_name=data.get("first_name") or "",
-                last_name=data.get("last_name") or "", phone=phone, email=email, source=source,
+                last_name=data.get("last_name") or "", phone=phone, phone_reversed=search.phone_reversed(phone),
+                email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
     rescore(lead, refs)
@@ -255,6 +256,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             lead.save(force_insert=True)
+            search.save_name_parts([lead])
             _record_creation(lead, assignment, actor)
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
@@ -333,6 +335,8 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
             return current
         _check_contact_is_free(current, diff)
         current.custom_fields = merged
+        if "phone" in diff:
+            current.phone_reversed = search.phone_reversed(current.phone)
         if "owner" in diff:
             team_before = current.team_id
             current.team = current.owner.team_id if current.owner else None
@@ -347,6 +351,8 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
                 current.save()
         except pw.IntegrityError:
             raise Conflict("Another lead already has this phone number or e-mail.") from None
+        if "first_name" in diff or "last_name" in diff:
+            search.save_name_parts([current], replace=True)
         _activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
         if "owner" in diff:
             owner = current.owner

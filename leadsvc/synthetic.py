@@ -34,9 +34,10 @@ import peewee as pw
 
 from . import routing
 from .db import database, is_postgres, transaction
-from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, Member, Rule,
-                     Source, Status, Transition, Workspace, utcnow)
+from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, LeadNamePart,
+                     Member, Rule, Source, Status, Transition, Workspace, utcnow)
 from .scoring import ENGAGEMENT_POINTS, score_lead
+from .search import name_parts, phone_reversed
 
 log = logging.getLogger("leadsvc")
 
@@ -193,7 +194,8 @@ class _Writer:
 LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "phone", "email", "source_id",
                 "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
                 "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
-                "activity_sort_at")
+                "activity_sort_at", "phone_reversed")
+NAME_PART_COLUMNS = ("lead_id", "workspace_id", "part")
 TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
                       "seconds_in_from")
 ACTIVITY_COLUMNS = ("workspace_id", "public_id", "lead_id", "kind", "summary", "data", "occurred_at", "created_at")
@@ -211,7 +213,7 @@ def _time(value: datetime) -> str:
 NEVER_TEXT = _time(NEVER)
 
 
-Rows = dict[str, Any]   # {"lead": [...], "transition": [...], "activity": [...], "size": leads made}
+Rows = dict[str, Any]   # {"lead": [...], "name_part": [...], "transition": [...], "activity": [...], "size": leads made}
 
 
 class Generator:
@@ -286,7 +288,7 @@ class Generator:
         """The rows of one chunk of leads; each chunk has its own random stream, so workers agree."""
         self.rng = random.Random(f"{self.seed}:{self.start}:{index}")
         self.ids = _Ids(self.rng)
-        out: Rows = {"lead": [], "transition": [], "activity": [], "size": len(times)}
+        out: Rows = {"lead": [], "name_part": [], "transition": [], "activity": [], "size": len(times)}
         number = self.start + index * CHUNK
         for offset, created in enumerate(times):
             self.lead(number + offset, first_id + offset, created, out)
@@ -368,7 +370,8 @@ class Generator:
         out["lead"].append((lead_id, ws, new_id("ld_"), first, last, phone, email, source.id if source else None,
                             status.id, owner.id, owner.team_id, None if value is None else str(value),
                             _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
-                            _time(at), last_text, last_text or NEVER_TEXT))
+                            _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone)))
+        out["name_part"].extend((lead_id, ws, part) for part in name_parts(first, last))
 
 
 def _taken(phones: list[str], emails: list[str], workspace_id: int) -> tuple[set[str], set[str]]:
@@ -397,7 +400,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
     written = 0
     with _bulk_session():
         with (transaction() if fresh else _nothing()), \
-                (_indexes_built_after((Lead, Transition, Activity)) if fresh else _nothing()):
+                (_indexes_built_after((Lead, LeadNamePart, Transition, Activity)) if fresh else _nothing()):
             with transaction():
                 first_id = writer.reserve_lead_ids(count)
             for out in _generated(generator, count, first_id):
@@ -406,6 +409,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
                     if start > 0:   # an empty workspace cannot clash with our own unique numbers
                         out = _without_taken(out, workspace.id)
                     writer.write(Lead, LEAD_COLUMNS, out["lead"])
+                    writer.write(LeadNamePart, NAME_PART_COLUMNS, out["name_part"])
                     writer.write(Transition, TRANSITION_COLUMNS, out["transition"])
                     writer.write(Activity, ACTIVITY_COLUMNS, out["activity"])
                 written += len(out["lead"])
@@ -423,7 +427,7 @@ def gather_statistics() -> None:
     entries took 1.4 s instead of 0.09 s). Autovacuum would get there eventually; a bulk load
     should not wait."""
     if is_postgres():
-        database.execute_sql("VACUUM (ANALYZE) lead, transition, activity")   # never inside a transaction
+        database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity")   # never inside a transaction
         return
     # A full ANALYZE of a million leads and their history reads every index; a sample of each
     # index is enough for the planner.
@@ -526,6 +530,7 @@ def _without_taken(out: dict[str, list[tuple]], workspace_id: int) -> dict[str, 
         return out
     dropped = {row[0] for row in out["lead"] if row[5] in taken_phones or row[6] in taken_emails}
     return {"lead": [r for r in out["lead"] if r[0] not in dropped],
+            "name_part": [r for r in out["name_part"] if r[0] not in dropped],
             "transition": [r for r in out["transition"] if r[2] not in dropped],
             "activity": [r for r in out["activity"] if r[2] not in dropped]}
 
