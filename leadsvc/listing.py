@@ -148,7 +148,7 @@ class Bands(ma.fields.String):
         bands = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
         if any(b not in BANDS for b in bands):
             raise ma.ValidationError("Use hot, warm and/or cold, comma-separated.")
-        return bands
+        return list(dict.fromkeys(bands))   # each band once: one OR term per band, however often named
 
 
 class CreatedAt(ma.fields.String):
