@@ -116,10 +116,15 @@ class IndianMobile(ma.fields.String):
     """An Indian mobile number in any common spelling, stored as E.164 (+91XXXXXXXXXX)."""
 
     default_error_messages = {"invalid_mobile": "Enter a valid Indian mobile number, such as +91 98765 43210."}
+    MAX_LENGTH = 32   # longer is no phone number however it is spelt
+
+    def __init__(self, **kwargs):
+        metadata = {"minLength": 1, "maxLength": self.MAX_LENGTH, **kwargs.pop("metadata", {})}
+        super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         raw = super()._deserialize(value, attr, data, **kwargs).strip()
-        normalized = normalize_indian_mobile(raw) if len(raw) <= 32 else None
+        normalized = normalize_indian_mobile(raw) if len(raw) <= self.MAX_LENGTH else None
         if normalized is None:
             raise self.make_error("invalid_mobile")
         return normalized
@@ -159,7 +164,8 @@ class LowerEmail(ma.fields.Email):
     """A checked e-mail address, trimmed and lower-cased."""
 
     def __init__(self, **kwargs):
-        super().__init__(validate=ma.validate.Length(max=254), **kwargs)
+        metadata = {"minLength": 1, **kwargs.pop("metadata", {})}
+        super().__init__(validate=ma.validate.Length(max=254), metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):

@@ -195,6 +195,8 @@ def test_text_the_service_refuses_blank_is_documented_as_not_blank(spec):
     schemas = spec["components"]["schemas"]
     for name, field in (("NoteCreate", "body"), ("ActivityCreate", "summary")):
         assert schemas[name]["properties"][field] | {"minLength": 1, "pattern": r"\S"} == schemas[name]["properties"][field]
+    for name in ("LeadCreate", "LeadPatch", "FormSubmission"):
+        assert schemas[name]["properties"]["phone"]["minLength"] == schemas[name]["properties"]["email"]["minLength"] == 1
 
 
 def test_every_time_is_a_date_time(spec):
