@@ -13,6 +13,7 @@ from . import (db, docs, export, forms, health, idempotency, leads, limits, metr
 from .config import load_settings
 from .extensions import register_converters
 from .problems import ProblemApi
+from .schemas import SchemaKeywordsPlugin
 
 __version__ = "0.1.0"
 
@@ -42,7 +43,10 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
         OPENAPI_SWAGGER_UI_CONFIG={"persistAuthorization": True, "validatorUrl": None,
                                    "deepLinking": True, "tryItOutEnabled": True},
         API_SPEC_OPTIONS={
-            "info": {"description": API_DESCRIPTION},
+            "info": {"description": API_DESCRIPTION, "license": {"name": "MIT", "identifier": "MIT"}},
+            # Relative: requests go to the host that served the document. Under a mount prefix the
+            # served document names the prefix instead (docs.served_openapi_json).
+            "servers": [{"url": "/"}],
             "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
             "security": [{"bearerAuth": []}],
         },
@@ -54,7 +58,8 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     db.init_app(app)
     observability.init_app(app)
     metrics.init_app(app)
-    api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin()]})
+    api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin(), SchemaKeywordsPlugin(),
+                                                         leads.ConditionalRequestsPlugin()]})
     problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp):

@@ -11,6 +11,7 @@ from importlib import resources
 from flask import Blueprint, Flask, Response, abort, current_app, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 
+from .idempotency import document_replays
 from .problems import CODES, document_problems
 
 blp = Blueprint("docs", __name__, url_prefix="/docs")
@@ -61,11 +62,78 @@ def problem(code: str) -> str:
     return render_template("problem.html", code=code, status=status, title=title, meaning=meaning)
 
 
+# Each operation's operationId: the name client generators give the method that calls it.
+OPERATION_IDS = {
+    ("get", "/healthz"): "checkHealth",
+    ("get", "/readyz"): "checkReadiness",
+    ("get", "/api/v1/leads"): "listLeads",
+    ("post", "/api/v1/leads"): "createLead",
+    ("get", "/api/v1/leads/export.csv"): "exportLeads",
+    ("get", "/api/v1/leads/{public_id}"): "getLead",
+    ("patch", "/api/v1/leads/{public_id}"): "updateLead",
+    ("post", "/api/v1/leads/{public_id}/status"): "moveLeadStatus",
+    ("post", "/api/v1/leads/{public_id}/notes"): "addLeadNote",
+    ("post", "/api/v1/leads/{public_id}/activities"): "logLeadActivity",
+    ("get", "/api/v1/leads/{public_id}/transitions"): "listLeadTransitions",
+    ("get", "/api/v1/leads/{public_id}/audit"): "listLeadAuditEntries",
+    ("get", "/api/v1/reports/funnel"): "getFunnelReport",
+    ("get", "/api/v1/reports/velocity"): "getVelocityReport",
+    ("get", "/api/v1/reports/conversion"): "getConversionReport",
+    ("get", "/api/v1/statuses"): "listStatuses",
+    ("get", "/api/v1/sources"): "listSources",
+    ("get", "/api/v1/members"): "listMembers",
+    ("get", "/api/v1/teams"): "listTeams",
+    ("get", "/api/v1/custom-fields"): "listCustomFields",
+    ("get", "/api/v1/forms"): "listForms",
+    ("get", "/forms/{form_id}"): "getFormPage",
+    ("post", "/api/v1/forms/{form_id}/submissions"): "submitForm",
+}
+
+
 def openapi_document(app: Flask) -> dict:
     """The OpenAPI document: the one place it is produced, for the CLI and for /api/v1/openapi.json."""
     # A copy: APISpec.to_dict() merges the document into the spec options it keeps and returns
     # them, so changing what it returns would change every later document.
-    return document_problems(copy.deepcopy(app.extensions["leadsvc.api"].spec.to_dict()))
+    spec = document_problems(copy.deepcopy(app.extensions["leadsvc.api"].spec.to_dict()))
+    document_replays(spec)
+    for (method, path), name in OPERATION_IDS.items():
+        spec["paths"][path][method]["operationId"] = name
+    return without_unused_components(spec)
+
+
+def without_unused_components(spec: dict) -> dict:
+    """The document without the components nothing refers to: flask-smorest registers some for
+    every app (its pagination metadata), and problem responses that every POST now spells out
+    with its replay header may have no other user."""
+    components = spec.get("components", {})
+    used = set(_references({key: value for key, value in spec.items() if key != "components"}))
+    pending = list(used)
+    while pending:   # what the used components refer to is used too
+        kind, name = pending.pop()
+        for found in _references(components.get(kind, {}).get(name)):
+            if found not in used:
+                used.add(found)
+                pending.append(found)
+    for kind, members in components.items():
+        if kind != "securitySchemes":   # named in `security`, never by $ref
+            components[kind] = {name: value for name, value in members.items() if (kind, name) in used}
+    return spec
+
+
+def _references(value) -> list[tuple[str, str]]:
+    """(kind, name) of each "#/components/<kind>/<name>" reference in a part of the document."""
+    found, pending = [], [value]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            ref = value.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/"):
+                kind, name = ref.removeprefix("#/components/").split("/", 1)
+                found.append((kind, name))
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return found
 
 
 def openapi_json(app: Flask) -> str:

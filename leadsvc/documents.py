@@ -22,7 +22,7 @@ from flask import Response, g
 
 from .db import database
 from .models import CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Workspace
-from .schemas import MetaSchema, RefSchema, rfc3339
+from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
 from .scoring import band
 
 
@@ -172,15 +172,15 @@ class ActivitySchema(ma.Schema):
     kind = ma.fields.String(required=True)
     summary = ma.fields.String(required=True)
     data = ma.fields.Dict(required=True)
-    occurred_at = ma.fields.String(required=True)
-    created_at = ma.fields.String(required=True)
+    occurred_at = UtcDateTime(required=True)
+    created_at = UtcDateTime(required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)
 
 
 class NoteSchema(ma.Schema):
     id = ma.fields.String(required=True)
     body = ma.fields.String(required=True)
-    created_at = ma.fields.String(required=True)
+    created_at = UtcDateTime(required=True)
     author = ma.fields.Nested(ActorSchema, required=True)
 
 
@@ -197,10 +197,10 @@ class LeadSchema(ma.Schema):
     score = ma.fields.Integer(required=True)
     score_band = ma.fields.String(required=True, metadata={"enum": ["hot", "warm", "cold"]})
     score_reasons = ma.fields.List(ma.fields.Nested(ScoreReasonSchema), required=True)
-    created_at = ma.fields.String(required=True)
-    updated_at = ma.fields.String(required=True)
-    last_activity_at = ma.fields.String(allow_none=True, required=True)
-    status_changed_at = ma.fields.String(required=True)
+    created_at = UtcDateTime(required=True)
+    updated_at = UtcDateTime(required=True)
+    last_activity_at = UtcDateTime(allow_none=True, required=True)
+    status_changed_at = UtcDateTime(required=True)
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
 
@@ -231,7 +231,7 @@ class TransitionSchema(ma.Schema):
     to = ma.fields.Nested(StatusRefSchema, required=True)
     note = ma.fields.String(allow_none=True, required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)
-    at = ma.fields.String(required=True)
+    at = UtcDateTime(required=True)
     seconds_in_from = ma.fields.Integer(allow_none=True, required=True)
 
 
@@ -261,7 +261,7 @@ class AuditEntrySchema(ma.Schema):
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)
-    at = ma.fields.String(required=True)
+    at = UtcDateTime(required=True)
 
 
 # --- building them -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ not from a browser page, could forge either anyway, and is let through to the ot
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections import deque
@@ -28,8 +29,9 @@ from .config import settings
 from .documents import Refs, cached_refs, json_response
 from .extensions import Blueprint, check_storable
 from .models import CustomField, Form, Workspace, public_id_pattern
-from .problems import Forbidden, NotFound, UnsupportedMediaType, ValidationFailed, flatten_messages
-from .schemas import HONEYPOT, FormReceiptSchema, FormSubmissionSchema
+from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
+                       flatten_messages)
+from .schemas import HONEYPOT, NAME_LENGTH, FormReceiptSchema, FormSubmissionSchema
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -40,15 +42,37 @@ TRUE_WORDS, FALSE_WORDS = ("true", "on", "yes", "1"), ("false", "off", "no", "0"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 HTML_PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
+NOT_BLANK = {"pattern": r"\S"}   # an input of only spaces is one left empty
+FORM_FIELDS = {
+    "type": "object",
+    "description": "The HTML form's fields; an empty input means not given. Answered with HTML.",
+    "properties": {
+        "first_name": {"type": "string", "maxLength": NAME_LENGTH},
+        "last_name": {"type": "string", "maxLength": NAME_LENGTH},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+        HONEYPOT: {"type": "string", "pattern": r"^\s*$", "description": "The honeypot: leave it empty."},
+    },
+    "patternProperties": {"^" + re.escape(CUSTOM_PREFIX): {
+        "type": "string", "description": "custom_fields.<name>: one input per custom field."}},
+    "additionalProperties": False,
+    "anyOf": [{"required": ["phone"], "properties": {"phone": NOT_BLANK}},
+              {"required": ["email"], "properties": {"email": NOT_BLANK}}],
+}
 SUBMISSION_BODY = {
     "required": True,
     "content": {
         "application/json": {"schema": FormSubmissionSchema},
-        "application/x-www-form-urlencoded": {"schema": {
-            "type": "object", "additionalProperties": {"type": "string"},
-            "description": "The HTML form's fields: first_name, last_name, phone, email, website (the "
-                           "honeypot) and custom_fields.<name> for each custom field. Answered with HTML."}},
+        "application/x-www-form-urlencoded": {"schema": FORM_FIELDS},
     },
+}
+SUBMISSION_PAGES = {
+    "200": {"description": "Form-encoded: the thank-you page (whether the lead was new, a duplicate, or "
+                           "dropped by the honeypot: it does not say which).", **HTML_PAGE},
+    "422": {"description": "Not valid: a problem document for JSON; the form again with the errors "
+                           "shown for form-encoded submissions.",
+            "content": {PROBLEM_MIMETYPE: {"schema": {"$ref": "#/components/schemas/Problem"}},
+                        **HTML_PAGE["content"]}},
 }
 
 
@@ -181,6 +205,7 @@ def page(form: Form, refs: Refs, *, values: Mapping[str, str] | None = None,
 class FormPage(MethodView):
     @blp.doc(security=[], responses={"200": {"description": "The form.", **HTML_PAGE},
                                      "404": {"description": "No such form.", **HTML_PAGE}})
+    @blp.alt_response(429, response="TOO_MANY_REQUESTS")
     def get(self, form_id):
         """The web form, as an HTML page that works without JavaScript"""
         try:
@@ -192,14 +217,12 @@ class FormPage(MethodView):
 
 @blp.route("/api/v1/forms/<form_id>/submissions")
 class FormSubmissions(MethodView):
-    @blp.doc(security=[], requestBody=SUBMISSION_BODY)
+    @blp.doc(security=[], requestBody=SUBMISSION_BODY, responses=SUBMISSION_PAGES)
     @blp.response(201, FormReceiptSchema, description="JSON: the submission was taken (a new lead, a duplicate of "
-                  "one, or dropped by the honeypot: the receipt does not say which). Form-encoded submissions get "
-                  "the HTML thank-you page with 200, or the form again with the errors shown (422).")
+                  "one, or dropped by the honeypot: the receipt does not say which).")
     @blp.alt_response(403, response="FORBIDDEN")
     @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(415, response="UNSUPPORTED_MEDIA_TYPE")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     @blp.alt_response(429, response="TOO_MANY_REQUESTS")
     def post(self, form_id):
         """Submit a web form: JSON answers JSON, form-encoded answers an HTML page"""

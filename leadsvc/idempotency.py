@@ -21,6 +21,7 @@ Hooked once in create_app, so every POST of every blueprint takes part:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -226,3 +227,31 @@ class IdempotencySpecPlugin(BasePlugin):
         for status, name in ((409, "CONFLICT"), (422, "UNPROCESSABLE_ENTITY")):
             if not any(str(code) == str(status) for code in responses):
                 responses[status] = name
+
+
+REPLAYED_DOC = {
+    "description": "`true` when this is the recorded answer to an earlier request with the same "
+                   "Idempotency-Key, replayed; absent otherwise.",
+    "schema": {"type": "string", "enum": ["true"]},
+}
+
+
+def document_replays(spec: dict[str, Any]) -> None:
+    """Name the Idempotent-Replayed header on every answer of a POST that a retry can replay: all
+    but 401, 403, 429 and 5xx (`default` included: it stands for 4xx codes such as 413 too).
+
+    A response that is a shared component (one problem response serves GETs as well) becomes the
+    POST's own copy of it with the header."""
+    components = spec.setdefault("components", {})
+    components.setdefault("headers", {})[REPLAYED_HEADER] = REPLAYED_DOC
+    header = {"$ref": f"#/components/headers/{REPLAYED_HEADER}"}
+    shared = components.get("responses", {})
+    for item in spec.get("paths", {}).values():
+        responses = item.get("post", {}).get("responses", {})
+        for status, response in responses.items():
+            if status[0] == "5" or status.isdigit() and int(status) in UNRECORDED_STATUSES:
+                continue
+            if "$ref" in response:
+                response = copy.deepcopy(shared[response["$ref"].rsplit("/", 1)[1]])
+            response["headers"] = {**response.get("headers", {}), REPLAYED_HEADER: header}
+            responses[status] = response

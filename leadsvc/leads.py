@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from apispec import BasePlugin
 from flask import g, request
 from flask.views import MethodView
 
@@ -25,6 +26,20 @@ ETAG_HEADER = {"ETag": {"description": "Send it back in If-Match to update only 
                         "schema": {"type": "string"}}}
 IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
             "description": "The ETag you read; 412 if the lead changed since."}
+IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
+                 "description": "The ETag you read; 304 if the lead has not changed since (not with include)."}
+
+
+class ConditionalRequestsPlugin(BasePlugin):
+    """Documents If-Match on every operation that can answer 412 and If-None-Match on every one
+    that can answer 304: each status is that header's answer."""
+
+    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
+        for operation in (operations or {}).values():
+            statuses = {str(status) for status in operation.get("responses", {})}
+            for status, header in (("412", IF_MATCH), ("304", IF_NONE_MATCH)):
+                if status in statuses:
+                    operation.setdefault("parameters", []).append(header)
 
 
 def actor() -> pipeline.Actor:
@@ -60,7 +75,7 @@ class Leads(MethodView):
     @requires("leads:create")
     @blp.arguments(LeadCreateSchema())
     @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
-                  headers={"Location": {"schema": {"type": "string"}}})
+                  headers={"Location": {"schema": {"type": "string"}}, **ETAG_HEADER})
     @blp.alt_response(200, schema=LeadDuplicateSchema, success=True,
                       description="A lead with this phone or e-mail exists: nothing was created.")
     @blp.alt_response(409, response="CONFLICT")
@@ -84,6 +99,8 @@ class LeadResource(MethodView):
     @requires("leads:read")
     @blp.arguments(LeadReadQuery(), location="query")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
+    @blp.alt_response(304, description="Not modified: the lead still has the ETag sent in If-None-Match.",
+                      headers=ETAG_HEADER, success=True)
     @blp.alt_response(404, response="NOT_FOUND")
     def get(self, query, public_id):
         """Read a lead, optionally with its activities and notes"""
@@ -113,7 +130,6 @@ class LeadResource(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
-    @blp.doc(parameters=[IF_MATCH])
     def patch(self, changes, public_id):
         """Update the fields sent (owner needs leads:assign)"""
         if "owner" in changes and "leads:assign" not in caller().abilities:
@@ -133,7 +149,6 @@ class LeadStatus(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
-    @blp.doc(parameters=[IF_MATCH])
     def post(self, move, public_id):
         """Move a lead to another pipeline status"""
         lead = visible_lead_or_404(public_id)

@@ -17,8 +17,7 @@ from . import cursor, search
 from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS, Refs
-from .models import Lead
-from .schemas import public_id_pattern
+from .models import Lead, public_id_pattern, public_id_regex
 from .scoring import band_ranges
 
 PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90_days", "this_week",
@@ -127,13 +126,20 @@ def _comparable(value: date | datetime) -> datetime:
 
 # --- query parameters ------------------------------------------------------------------------
 
+def comma_separated(item: str) -> str:
+    """The pattern of a comma-separated list of the item's pattern, as the fields below split it
+    (Python's \\s is what str.strip takes off)."""
+    return rf"^\s*{item}\s*(,\s*{item}\s*)*$"
+
+
 class IdList(ma.fields.String):
     """Comma-separated public ids of one kind (OR)."""
 
     def __init__(self, prefix: str, **kwargs):
         self.pattern = public_id_pattern(prefix)
         self.prefix = prefix
-        super().__init__(metadata={"description": f"{prefix}... ids, comma-separated for several."}, **kwargs)
+        super().__init__(metadata={"description": f"{prefix}... ids, comma-separated for several.",
+                                   "pattern": comma_separated(public_id_regex(prefix))}, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         ids = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
@@ -148,7 +154,7 @@ class Bands(ma.fields.String):
         bands = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
         if any(b not in BANDS for b in bands):
             raise ma.ValidationError("Use hot, warm and/or cold, comma-separated.")
-        return bands
+        return list(dict.fromkeys(bands))   # each band once: one OR term per band, however often named
 
 
 class CreatedAt(ma.fields.String):
@@ -161,12 +167,16 @@ class CreatedAt(ma.fields.String):
 
 CREATED_AT_HELP = ("`FROM..TO` with ISO dates or datetimes, either end open (dates inclusive, in the "
                    "workspace's time zone), or one of: " + ", ".join(PERIOD_KEYWORDS) + ".")
+# A keyword or anything with `..`: what parse_period takes apart (whether the ends are dates is
+# for it to say).
+CREATED_AT_PATTERN = rf"^\s*({'|'.join(PERIOD_KEYWORDS)})\s*$|\.\."
 
 
 class ReportFilterQuery(ma.Schema):
     """The filters the reports take."""
 
-    created_at = CreatedAt(data_key="filter[created_at]", metadata={"description": CREATED_AT_HELP})
+    created_at = CreatedAt(data_key="filter[created_at]",
+                           metadata={"description": CREATED_AT_HELP, "pattern": CREATED_AT_PATTERN})
     source = IdList("src_", data_key="filter[source]")
     owner = IdList("mem_", data_key="filter[owner]")
 
@@ -193,7 +203,8 @@ class LeadFilterQuery(ReportFilterQuery):
     q = SearchText(metadata={"description": SEARCH_HELP,
                              "examples": ["98765 43210", "asha@example.com", "asha r"]})
     status = IdList("st_", data_key="filter[status]")
-    score_band = Bands(data_key="filter[score_band]", metadata={"description": "hot, warm, cold; comma-separated."})
+    score_band = Bands(data_key="filter[score_band]", metadata={"description": "hot, warm, cold; comma-separated.",
+                                                                "pattern": comma_separated("(hot|warm|cold)")})
 
     @ma.pre_load
     def _set_aside_unknown_filters(self, data, **kwargs):

@@ -8,6 +8,7 @@ from decimal import Decimal
 from functools import cache, lru_cache
 
 import marshmallow as ma
+from apispec import BasePlugin
 
 from .models import CONTACT_KINDS, public_id_pattern, public_id_regex, utcnow
 
@@ -115,10 +116,15 @@ class IndianMobile(ma.fields.String):
     """An Indian mobile number in any common spelling, stored as E.164 (+91XXXXXXXXXX)."""
 
     default_error_messages = {"invalid_mobile": "Enter a valid Indian mobile number, such as +91 98765 43210."}
+    MAX_LENGTH = 32   # longer is no phone number however it is spelt
+
+    def __init__(self, **kwargs):
+        metadata = {"minLength": 1, "maxLength": self.MAX_LENGTH, **kwargs.pop("metadata", {})}
+        super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         raw = super()._deserialize(value, attr, data, **kwargs).strip()
-        normalized = normalize_indian_mobile(raw) if len(raw) <= 32 else None
+        normalized = normalize_indian_mobile(raw) if len(raw) <= self.MAX_LENGTH else None
         if normalized is None:
             raise self.make_error("invalid_mobile")
         return normalized
@@ -158,7 +164,8 @@ class LowerEmail(ma.fields.Email):
     """A checked e-mail address, trimmed and lower-cased."""
 
     def __init__(self, **kwargs):
-        super().__init__(validate=ma.validate.Length(max=254), **kwargs)
+        metadata = {"minLength": 1, **kwargs.pop("metadata", {})}
+        super().__init__(validate=ma.validate.Length(max=254), metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
@@ -203,13 +210,20 @@ NAME_LENGTH = 100
 NOTE_LENGTH = 5000
 
 
+def at_most_custom_fields(value: dict) -> None:
+    # A function, not ma.validate.Length: apispec documents a Length on a Dict as maxLength,
+    # which says nothing about an object; the metadata below says maxProperties.
+    if len(value) > MAX_CUSTOM_FIELDS:
+        raise ma.ValidationError(f"At most {MAX_CUSTOM_FIELDS} custom fields.")
+
+
 class CustomFieldValues(ma.fields.Dict):
     """custom_fields: at most 50 keys; each value is checked against its definition later."""
 
     def __init__(self, **kwargs):
+        metadata = {"maxProperties": MAX_CUSTOM_FIELDS, **kwargs.pop("metadata", {})}
         super().__init__(keys=ma.fields.String(validate=ma.validate.Length(1, 64)), values=ma.fields.Raw(allow_none=True),
-                         validate=ma.validate.Length(max=MAX_CUSTOM_FIELDS,
-                                                     error=f"At most {MAX_CUSTOM_FIELDS} custom fields."), **kwargs)
+                         validate=at_most_custom_fields, metadata=metadata, **kwargs)
 
 
 # --- leads: input ----------------------------------------------------------------------------
@@ -222,6 +236,20 @@ def missing_contact(phone: str | None, email: str | None) -> dict[str, list[str]
     return {"phone": [message], "email": [message]}
 
 
+# missing_contact's rule in JSON Schema (neither field takes null or an empty string on a create).
+PHONE_OR_EMAIL = {"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}
+
+
+class SchemaKeywordsPlugin(BasePlugin):
+    """apispec documents fields; a rule across fields, such as "a phone or an e-mail", is declared
+    as JSON Schema in the marshmallow schema's `Meta.json_schema` and added to its component."""
+
+    def schema_helper(self, name, definition, **kwargs):
+        schema = kwargs.get("schema")
+        meta = getattr(schema if isinstance(schema, type) else type(schema), "Meta", None)
+        return dict(getattr(meta, "json_schema", {}))
+
+
 class LeadCreateSchema(ma.Schema):
     first_name = Text(NAME_LENGTH)
     last_name = Text(NAME_LENGTH)
@@ -230,6 +258,9 @@ class LeadCreateSchema(ma.Schema):
     source = PublicId("src_")
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues()
+
+    class Meta:
+        json_schema = PHONE_OR_EMAIL
 
     @ma.validates_schema
     def _phone_or_email(self, data, **kwargs):
@@ -246,11 +277,17 @@ class LeadPatchSchema(ma.Schema):
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues(metadata={"description": "Merged key by key; a null value removes the key."})
     owner = PublicId("mem_", metadata={"description": "Needs the leads:assign ability."})
-    status = ma.fields.Raw(load_only=True, metadata={"description": "Not allowed: use POST /api/v1/leads/{id}/status."})
 
-    @ma.validates("status")
-    def _no_status(self, value, **kwargs):
-        raise ma.ValidationError("PATCH never changes the status; use POST /api/v1/leads/{id}/status.")
+    class Meta:
+        json_schema = {"description": "The fields to change; any other, `status` included, is 422. "
+                                      "The status moves with POST /api/v1/leads/{id}/status."}
+
+    @ma.pre_load
+    def _no_status(self, data, **kwargs):
+        # Not a field (the document has no `status` here), but a more useful answer than "Unknown field.".
+        if isinstance(data, dict) and "status" in data:
+            raise ma.ValidationError({"status": ["PATCH never changes the status; use POST /api/v1/leads/{id}/status."]})
+        return data
 
 
 class StatusMoveSchema(ma.Schema):
@@ -259,8 +296,9 @@ class StatusMoveSchema(ma.Schema):
 
 
 class LeadReadQuery(ma.Schema):
-    include = ma.fields.String(validate=ma.validate.Length(max=50),
-                               metadata={"description": "Comma-separated: activities, notes."})
+    include = ma.fields.String(validate=ma.validate.Length(max=50), metadata={
+        "description": "Comma-separated: activities, notes.",
+        "pattern": r"^\s*(activities|notes)\s*(,\s*(activities|notes)\s*)*$"})
 
     @ma.validates("include")
     def _known_includes(self, value, **kwargs):
@@ -288,9 +326,9 @@ class UtcAwareDateTime(ma.fields.AwareDateTime):
             raise self.make_error("out_of_range") from None
 
 
-def required_text(max_length: int, **kwargs) -> Text:
+def required_text(max_length: int, metadata: dict) -> Text:
     """A trimmed string of 1..max_length characters (blank after trimming counts as missing)."""
-    return Text(max_length, required=True, **kwargs)
+    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": r"\S", **metadata})
 
 
 class NoteCreateSchema(ma.Schema):
@@ -333,11 +371,13 @@ class FormSubmissionSchema(LeadCreateSchema):
     """A web-form submission: the lead's contact and custom fields; the form sets the source."""
 
     website = ma.fields.String(load_only=True, metadata={
+        "pattern": r"^\s*$",
         "description": "The honeypot: leave it out or empty. A submission that fills it is answered "
                        "like a success and dropped."})
 
     class Meta:
         exclude = ("source", "estimated_value")
+        json_schema = PHONE_OR_EMAIL
 
 
 class FormReceiptBodySchema(ma.Schema):

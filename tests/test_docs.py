@@ -1,11 +1,16 @@
 """Docs: Swagger UI 5 served from a Python package, problem pages, and the OpenAPI document, all offline."""
 
+import json
 import re
+from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
 
+from conftest import create_lead
 from leadsvc.problems import CODES
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = "http://localhost"
 URL = re.compile(r"""https?://[^\s"'<>)]+""")
@@ -134,12 +139,18 @@ def test_every_error_response_is_a_problem_document(spec):
             assert list(response["content"]) == ["application/problem+json"], name
             assert response["content"]["application/problem+json"]["schema"] == {"$ref": "#/components/schemas/Problem"}
     for path, method, operation in operations(spec):
+        # A page for people (the web form) answers its errors as pages too.
+        allowed = {"application/problem+json"}
         if "text/html" in operation["responses"].get("200", {}).get("content", {}):
-            continue   # a page for people (the web form) answers its errors as pages too
+            allowed.add("text/html")
         for status, response in operation["responses"].items():
             if status == "default" or int(status) >= 400:
-                ref = response["$ref"].rsplit("/", 1)[1]
-                assert list(responses[ref]["content"]) == ["application/problem+json"], (path, method, status)
+                if "$ref" in response:
+                    response = responses[response["$ref"].rsplit("/", 1)[1]]
+                content = response["content"]
+                assert set(content) <= allowed, (path, method, status)
+                if "application/problem+json" in content:
+                    assert content["application/problem+json"]["schema"] == {"$ref": "#/components/schemas/Problem"}
     problem = spec["components"]["schemas"]["Problem"]
     assert set(problem["required"]) == {"type", "title", "status", "detail", "code", "request_id"}
     assert set(problem["properties"]["code"]["enum"]) == set(CODES)
@@ -157,5 +168,100 @@ def test_the_served_document_is_the_same_on_every_request(client, spec):
     assert client.get("/api/v1/openapi.json").json == client.get("/api/v1/openapi.json").json == spec
 
 
-def test_served_spec_has_no_servers_when_not_mounted(spec):
-    assert "servers" not in spec
+def test_served_spec_names_the_root_as_its_server_when_not_mounted(spec):
+    assert spec["servers"] == [{"url": "/"}]
+
+
+def test_every_operation_has_a_unique_camel_case_operation_id(spec):
+    ids = [operation.get("operationId") for _, _, operation in operations(spec)]
+    assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z]+)+", str(name)) for name in ids), ids
+    assert len(set(ids)) == len(ids)
+
+
+def test_the_license_is_the_one_in_the_repository(spec):
+    assert spec["info"]["license"] == {"name": "MIT", "identifier": "MIT"}
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_custom_fields_are_limited_by_their_number_of_keys(spec):
+    schemas = spec["components"]["schemas"]
+    for name in ("LeadCreate", "LeadPatch", "FormSubmission"):
+        custom_fields = schemas[name]["properties"]["custom_fields"]
+        assert custom_fields["type"] == "object" and custom_fields["maxProperties"] == 50, name
+        assert "maxLength" not in custom_fields, name
+
+
+def test_text_the_service_refuses_blank_is_documented_as_not_blank(spec):
+    schemas = spec["components"]["schemas"]
+    for name, field in (("NoteCreate", "body"), ("ActivityCreate", "summary")):
+        assert schemas[name]["properties"][field] | {"minLength": 1, "pattern": r"\S"} == schemas[name]["properties"][field]
+    for name in ("LeadCreate", "LeadPatch", "FormSubmission"):
+        assert schemas[name]["properties"]["phone"]["minLength"] == schemas[name]["properties"]["email"]["minLength"] == 1
+
+
+def test_every_time_is_a_date_time(spec):
+    """In every response document, and in every input that takes one."""
+    times = {(name, field): schema for name, component in spec["components"]["schemas"].items()
+             for field, schema in component.get("properties", {}).items() if field == "at" or field.endswith("_at")}
+    assert ("Lead", "last_activity_at") in times and ("ActivityCreate", "occurred_at") in times
+    assert {key for key, schema in times.items() if schema.get("format") != "date-time"} == set()
+
+
+def test_a_lead_needs_a_phone_or_an_email_in_the_schema_too(spec):
+    schemas = spec["components"]["schemas"]
+    for name in ("LeadCreate", "FormSubmission"):
+        assert schemas[name]["anyOf"] == [{"required": ["phone"]}, {"required": ["email"]}], name
+    form_fields = spec["paths"]["/api/v1/forms/{form_id}/submissions"]["post"]["requestBody"]["content"][
+        "application/x-www-form-urlencoded"]["schema"]
+    assert [branch["required"] for branch in form_fields["anyOf"]] == [["phone"], ["email"]]
+
+
+def test_the_status_is_no_field_of_an_update(spec, client, ws):
+    lead = create_lead(client, ws)
+    assert "status" not in spec["components"]["schemas"]["LeadPatch"]["properties"]
+    assert spec["components"]["schemas"]["LeadPatch"]["additionalProperties"] is False
+    response = client.patch(f"/api/v1/leads/{lead['id']}", json={"status": ws.ids.statuses["Contacted"]},
+                            headers=ws.headers())
+    assert response.status_code == 422 and "/status" in response.json["errors"]["status"][0]
+
+
+def test_every_answer_a_post_can_replay_names_the_replay_header(spec):
+    for path, method, operation in operations(spec):
+        if method != "post":
+            continue
+        replayable = {status for status in operation["responses"]
+                      if status == "default" or status[0] in "234" and status not in ("401", "403", "429")}
+        named = {status for status, response in operation["responses"].items()
+                 if "Idempotent-Replayed" in response.get("headers", {})}
+        assert named == replayable, path
+
+
+def test_web_form_submissions_document_their_html_answers(spec):
+    responses = spec["paths"]["/api/v1/forms/{form_id}/submissions"]["post"]["responses"]
+    assert set(responses["200"]["content"]) == {"text/html"}
+    assert set(responses["422"]["content"]) == {"application/problem+json", "text/html"}
+    assert set(responses["201"]["content"]) == {"application/json"}
+
+
+def test_a_conditional_read_documents_304_and_if_none_match(spec, client, ws):
+    lead = create_lead(client, ws)
+    operation = spec["paths"]["/api/v1/leads/{public_id}"]["get"]
+    assert "304" in operation["responses"]
+    assert "If-None-Match" in {parameter.get("name") for parameter in operation["parameters"]}
+    tag = client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).headers["ETag"]
+    response = client.get(f"/api/v1/leads/{lead['id']}", headers={**ws.headers(), "If-None-Match": tag})
+    assert response.status_code == 304
+
+
+def test_no_component_is_left_unused(spec):
+    text = json.dumps({key: value for key, value in spec.items() if key != "components"})
+    components = spec["components"]
+    used = set(re.findall(r'"#/components/([^/"]+)/([^"]+)"', text))
+    while True:   # and what those refer to
+        more = {ref for kind, name in used for ref in re.findall(r'"#/components/([^/"]+)/([^"]+)"',
+                                                                   json.dumps(components[kind][name]))}
+        if more <= used:
+            break
+        used |= more
+    declared = {(kind, name) for kind, members in components.items() if kind != "securitySchemes" for name in members}
+    assert declared == used

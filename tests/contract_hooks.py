@@ -1,0 +1,20 @@
+"""schemathesis hooks for the contract runs (loaded through `hooks` in schemathesis.toml).
+
+Generated Idempotency-Key values repeat across requests ("0", "!"), and a key already used with
+another body is refused with 422 by design: each well-formed key is made fresh, so a request
+runs as itself and still goes through the key's whole path. A malformed key stays, to be refused.
+"""
+
+import uuid
+
+import schemathesis
+
+from leadsvc.idempotency import HEADER, KEY_PATTERN
+
+
+@schemathesis.hook
+def before_call(ctx, case, **kwargs):
+    key = (case.headers or {}).get(HEADER)
+    if isinstance(key, str) and KEY_PATTERN.fullmatch(key):
+        case.headers[HEADER] = uuid.uuid4().hex
+

@@ -1,0 +1,61 @@
+"""Acceptance: the published contract holds from outside, against a real `leadsvc serve`.
+
+schemathesis runs as its own process (`st run`, configured by schemathesis.toml) with every check
+and every phase against a served demo workspace: a token, and ids that exist for the paths, are
+all it is told. The budget is bounded (examples per operation, a fixed seed): it is part of every
+test run, not an open-ended fuzzing session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from processes import call, clean_env, leadsvc
+from served import ServedProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+ST = Path(sys.executable).with_name("st")
+MAX_EXAMPLES = 25   # per operation and phase
+SEED = 20261124
+METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+@pytest.fixture
+def served_demo(tmp_path):
+    """`leadsvc serve` on a fresh SQLite database holding the demo workspace: (server, admin token)."""
+    # Rate limits off: the run sends hundreds of requests a minute with one token.
+    environment = {"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/live.sqlite3", "LEADSVC_RATE_LIMITS_ENABLED": "false"}
+    demo = json.loads(leadsvc(clean_env(**environment), tmp_path, "--config", os.devnull, "demo", "--json"))
+    with ServedProcess(environment, tmp_path / "serve.log") as server:
+        yield server, demo["tokens"]["admin@demo.test"]["token"]
+
+
+def contract_ids(base: str, token: str) -> dict[str, str]:
+    """What schemathesis.toml takes from the environment: the token, a lead, a form and a status."""
+    status, created = call("POST", f"{base}/api/v1/leads", token, {"first_name": "Live", "email": "live@contract.test"})
+    assert status == 201, created
+    forms = call("GET", f"{base}/api/v1/forms", token)[1]["data"]
+    statuses = call("GET", f"{base}/api/v1/statuses", token)[1]["data"]
+    return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
+            "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted")}
+
+
+@pytest.mark.slow
+def test_schemathesis_from_outside_finds_no_failure(served_demo, tmp_path):
+    server, token = served_demo
+    result = subprocess.run(
+        [str(ST), "run", f"{server.url}/api/v1/openapi.json", "--checks", "all",
+         "--phases", "examples,coverage,fuzzing,stateful", "--max-examples", str(MAX_EXAMPLES),
+         "--seed", str(SEED), "--no-color"],
+        cwd=ROOT, env={**clean_env(), **contract_ids(server.url, token)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-20000:] + result.stderr
+    published = json.loads((ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8"))
+    operations = sum(method in METHODS for item in published["paths"].values() for method in item)
+    summary = result.stdout[result.stdout.index("SUMMARY"):]
+    assert f"Tested: {operations}" in summary, summary   # every operation of the document
