@@ -46,6 +46,8 @@ TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.
            "rss_mb": 200, "search_over_first_p50": 2.0}
 SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
             "first and last name")
+# The searches the target holds for; the others are shown for what they cost.
+TARGETED_SEARCHES = SEARCHES[:4]
 
 
 def log(message: str) -> None:
@@ -437,9 +439,11 @@ def machine(backends: list[str]) -> dict:
 
 def search_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     search = r["search"]
-    return [(f"search page p50 / first page p50: {kind}", f"<= {TARGETS['search_over_first_p50']}",
+    return [(f"search page p50 / first page p50: {kind}",
+             f"<= {TARGETS['search_over_first_p50']}" if kind in TARGETED_SEARCHES else "(no target)",
              f"{v['ratio']:.2f} ({v['p50_ms']:.1f} / {search['first_p50_ms']:.1f} ms, {v['rows']} rows)",
-             v["ratio"] <= TARGETS["search_over_first_p50"] and not v["errors"])
+             (v["ratio"] <= TARGETS["search_over_first_p50"] and not v["errors"]) if kind in TARGETED_SEARCHES
+             else None)
             for kind, v in search["kinds"].items()]
 
 
