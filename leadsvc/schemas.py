@@ -139,12 +139,17 @@ _INDIAN_E164 = re.compile(r"\+91([1-9][0-9]{9})", re.ASCII)
 PHONE_PUNCTUATION = frozenset(" +-.()")
 
 
+def is_phone_text(text: str) -> bool:
+    """Whether text holds only what a phone may be written with: digits, spaces and + - . ( )."""
+    return all(ch.isdecimal() or ch in PHONE_PUNCTUATION for ch in text)
+
+
 @lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
 def normalize_indian_mobile(raw: str) -> str | None:
     import phonenumbers
     from phonenumbers import PhoneNumber, PhoneNumberFormat, PhoneNumberType
 
-    if not all(ch.isdecimal() or ch in PHONE_PUNCTUATION for ch in raw):
+    if not is_phone_text(raw):
         return None
     e164 = _INDIAN_E164.fullmatch(raw)
     if e164 is not None:   # the spelling clients mostly send: its type, without parse (2/3 of the cost)

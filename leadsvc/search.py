@@ -21,9 +21,9 @@ from typing import Iterable
 import peewee as pw
 
 from .models import Lead, LeadNamePart
+from .schemas import is_phone_text
 
 MIN_LENGTH, MAX_LENGTH = 2, 100
-PHONE_TEXT = re.compile(r"[0-9 +\-.()]+")
 MIN_PHONE_DIGITS = 4
 NAME_SEPARATORS = re.compile(r"[\s\-']+")
 # Typographic apostrophes, typed or pasted, are the plain one.
@@ -53,7 +53,7 @@ def parse(text: str) -> Search:
         raise ValueError(f"Type at most {MAX_LENGTH} characters.")
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in text):
         raise ValueError("Control characters cannot be searched for.")
-    digits = re.sub(r"\D", "", text) if PHONE_TEXT.fullmatch(text) else ""
+    digits = "".join(str(int(ch)) for ch in text if ch.isdecimal()) if is_phone_text(text) else ""
     if len(digits) >= MIN_PHONE_DIGITS:
         return Search("phone", (digits[::-1],))
     if "@" in text:

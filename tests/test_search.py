@@ -257,3 +257,9 @@ def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path
         assert sorted(p.part for p in LeadNamePart.select().where(LeadNamePart.lead == rows["B"].id)) == \
             ["d'souza", "jose", "souza"]
     db.close()
+
+
+def test_a_phone_is_searched_by_the_same_characters_a_create_takes():
+    # Full-width digits are digits to a create (the phone library reads them): a search too.
+    assert parse("\uff19\uff18\uff17\uff16\uff15") == parse("98765")
+    assert parse("98765-43210").kind == "phone" and parse("9876x").kind == "name"
