@@ -58,6 +58,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "enabled": True,
         "allow_from": "127.0.0.0/8,::1",
     },
+    "webhooks": {
+        "secret_key": "",
+        "deliver_in_serve": True,
+        "timeout": 10,
+        "senders": 8,
+        "poll_interval_ms": 250,
+        "allow_http": False,
+        "allow_private_networks": False,
+    },
 }
 
 Settings = dict[str, dict[str, Any]]
@@ -72,6 +81,7 @@ EXEMPT_VARIABLES = frozenset({
     "LEADSVC_BENCH_POSTGRES_URL",
 })
 LOG_FORMATS = ("text", "json")
+MIN_SECRET_KEY = 32   # characters of webhooks.secret_key, from which every webhook secret is derived
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 RATE_LIMIT_STORAGES = ("memory://", "redis://", "rediss://", "redis+unix://", "redis+sentinel://",
@@ -212,6 +222,13 @@ def _check(settings: Settings) -> None:
         networks(settings["metrics"]["allow_from"])
     except ValueError as exc:
         raise ConfigError(f"metrics.allow_from: {exc}; use addresses or networks like 10.0.0.0/8, comma-separated.") from None
+    hooks = settings["webhooks"]
+    if hooks["secret_key"] and len(hooks["secret_key"]) < MIN_SECRET_KEY:
+        raise ConfigError(f"webhooks.secret_key must be at least {MIN_SECRET_KEY} characters (random ones), "
+                          "or empty to refuse webhooks.")
+    for key in ("timeout", "senders", "poll_interval_ms"):
+        if hooks[key] <= 0:
+            raise ConfigError(f"webhooks.{key} must be positive.")
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

@@ -21,7 +21,7 @@ import marshmallow as ma
 from flask import Response, g
 
 from .db import database
-from .models import CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Workspace
+from .models import CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Webhook, Workspace
 from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
 from .scoring import band
 
@@ -36,6 +36,7 @@ class Refs:
     custom_fields: dict[str, CustomField]   # by name
     rules: list[Rule]                        # in the order they are tried (their rotation is read afresh)
     settings: dict
+    webhooks: list[tuple[int, frozenset[str]]]   # the active webhooks and the event types each wants
 
     @classmethod
     def load(cls, workspace: Workspace, settings: dict) -> "Refs":
@@ -49,7 +50,13 @@ class Refs:
             custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)},
             rules=list(Rule.select().where(Rule.workspace == ws).order_by(Rule.position, Rule.id)),
             settings=settings,
+            webhooks=[(hook.id, frozenset(hook.events)) for hook in Webhook.select(Webhook.id, Webhook.events)
+                      .where((Webhook.workspace == ws) & Webhook.active)],
         )
+
+    def webhooks_for(self, event_type: str) -> list[int]:
+        """The active webhooks subscribed to this event type (or to "*")."""
+        return [hook for hook, wanted in self.webhooks if event_type in wanted or "*" in wanted]
 
     def pipeline(self) -> list[Status]:
         return sorted(self.statuses.values(), key=lambda s: (s.position, s.id))
@@ -72,7 +79,7 @@ class Refs:
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
 # process while the workspace's refs_version (bumped by triggers on every change: migrations
-# 0004 and 0005) stands.
+# 0004, 0005 and 0009) stands.
 _refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
 _REFS_CACHE_SIZE = 256
 

@@ -367,7 +367,70 @@ class IdempotencyKey(BaseModel):
         indexes = ((("scope", "key"), True),)
 
 
+class Webhook(BaseModel):
+    """An endpoint that receives a workspace's events (migration 0009). Its signing secrets are
+    never stored: each is derived from `webhooks.secret_key` and a random salt (events.secret)."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("wh_")
+    url = pw.CharField(max_length=2048)
+    events = pw.JSONField(default=list)        # event types, or ["*"]
+    description = pw.CharField(max_length=500, default="")
+    active = pw.BooleanField(default=True)
+    disabled_reason = pw.CharField(max_length=500, null=True)
+    secret_salt = pw.CharField(max_length=64)
+    # After a rotation the previous secret signs too, until previous_expires_at.
+    previous_salt = pw.CharField(max_length=64, null=True)
+    previous_expires_at = pw.DateTimeField(null=True)
+    failing_since = pw.DateTimeField(null=True)   # first failed attempt since the last success
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("workspace", "created_at", "public_id"), False),)
+
+
+class Event(BaseModel):
+    """Something that happened, written in the transaction of the change it reports."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("evt_")
+    type = pw.CharField(max_length=48)
+    body = pw.TextField()   # the JSON body every attempt sends, byte for byte
+    created_at = pw.DateTimeField(default=utcnow)
+
+
+DELIVERY_STATES = ("pending", "failed", "succeeded", "dead")
+
+
+class Delivery(BaseModel):
+    """One event to one webhook: its attempts and what is due next."""
+
+    webhook = pw.ForeignKeyField(Webhook, on_delete="CASCADE", index=False, backref="+")
+    event = pw.ForeignKeyField(Event, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("dlv_")
+    state = pw.CharField(max_length=16, default="pending")
+    attempts = pw.IntegerField(default=0)    # also the claim's fence: an outcome is recorded for its attempt only
+    failures = pw.IntegerField(default=0)    # failed attempts since created or replayed: the place in the schedule
+    last_status = pw.SmallIntegerField(null=True)
+    last_error = pw.CharField(max_length=500, null=True)
+    last_response = pw.TextField(null=True)
+    last_attempt_at = pw.DateTimeField(null=True)
+    # When the next attempt is due; while an attempt runs, when its claim lapses; NULL: none.
+    next_attempt_at = pw.DateTimeField(null=True)
+    duration_ms = pw.IntegerField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("webhook", "created_at", "public_id"), False),)
+
+
+# What is due, found without reading finished deliveries (0009).
+Delivery.add_index(Delivery.index(Delivery.next_attempt_at, where=Delivery.next_attempt_at.is_null(False),
+                                  name="delivery_due"))
+
+
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart,
+    Webhook, Event, Delivery,
 ]

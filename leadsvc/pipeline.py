@@ -1,4 +1,4 @@
-"""Create, update and move leads: one transaction each, with audit entry and timeline in it.
+"""Create, update and move leads: one transaction each, with audit entry, timeline and event in it.
 
 The API, web forms and CSV import all come through here, so validation against the workspace's
 definitions, duplicate detection, routing and scoring happen the same way for every lead.
@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import peewee as pw
 
-from . import routing, search
+from . import events, routing, search
 from .auth import Caller, in_lead_scope, lead_scope, member_scope
 from .db import any_of, for_update, transaction
-from .documents import Refs, etag
+from .documents import ActorNames, Refs, activity_document, etag, member_ref, note_document, status_ref, transition_document
 from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
                      Workspace, utcnow)
 from .problems import Conflict, NotFound, PreconditionFailed, ValidationFailed
@@ -251,20 +251,22 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             # the unique indexes catch a create that commits in between (below).
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
             if existing is not None:
-                return _duplicate(existing, matched_on, data, actor)
+                return _duplicate(existing, matched_on, data, actor, refs)
             assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             lead.save(force_insert=True)
             search.save_name_parts([lead])
             _record_creation(lead, assignment, actor)
+            events.record(refs, "lead.created", lead, lambda: {"routing": {
+                "owner": member_ref(assignment.member), "summary": assignment.summary, **assignment.reason}})
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
         existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
         if existing is None:
             raise
         with transaction():
-            return _duplicate(existing, matched_on, data, actor)
+            return _duplicate(existing, matched_on, data, actor, refs)
     return Created(lead, duplicate=False)
 
 
@@ -283,13 +285,14 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
                                     if value not in (None, "", {})})
 
 
-def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor) -> Created:
+def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     """Record the submission on the lead it duplicates (in the caller's transaction)."""
     if not actor.sees(lead):
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
               {"matched_on": matched_on, "submitted": sent})
+    events.record(refs, "lead.duplicate_submitted", lead, lambda: {"matched_on": matched_on, "submitted": sent})
     return Created(lead, duplicate=True, matched_on=matched_on)
 
 
@@ -354,11 +357,19 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         if "first_name" in diff or "last_name" in diff:
             search.save_name_parts([current], replace=True)
         _activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
+        reason = None
         if "owner" in diff:
             owner = current.owner
-            _activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.",
-                      {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None})
+            reason = {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None}
+            _activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.", reason)
         _audit(current, actor, "updated", diff)
+        # The team follows the owner: it is in the lead, not a field a PATCH names.
+        events.record(refs, "lead.updated", current,
+                      lambda: {"changes": {name: change for name, change in diff.items() if name != "team"}})
+        if reason is not None:
+            events.record(refs, "lead.assigned", current, lambda: {
+                "from": member_ref(refs.by_public_id(refs.members, diff["owner"]["old"])), "to": member_ref(current.owner),
+                "reason": reason})
     return current
 
 
@@ -419,6 +430,9 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         _activity(current, actor, "status_changed", summary,
                   {"from": here.public_id, "to": target.public_id, "transition": transition.public_id})
         _audit(current, actor, "status_changed", {"status": {"old": here.public_id, "new": target.public_id}})
+        events.record(refs, "lead.status_changed", current, lambda: {
+            "from": status_ref(here), "to": status_ref(target),
+            "transition": transition_document(transition, ActorNames([transition], refs))})
     return current, transition
 
 
@@ -427,12 +441,13 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
 NOTE_EXCERPT = 200   # characters of a note repeated in its timeline entry
 
 
-def add_note(lead: Lead, body: str, actor: Actor) -> Note:
-    """Add a note: the note, its timeline entry and its audit entry in one transaction."""
+def add_note(lead: Lead, body: str, actor: Actor, refs: Refs) -> Note:
+    """Add a note: the note, its timeline entry, its audit entry and its event in one transaction."""
     with transaction():
         note = Note.create(workspace=lead.workspace_id, lead=lead, body=body, **actor.columns())
         _activity(lead, actor, "note", body[:NOTE_EXCERPT], {"note": note.public_id})
         _audit(lead, actor, "note_added", {"note": {"old": None, "new": note.public_id}})
+        events.record(refs, "lead.note_added", lead, lambda: {"note": note_document(note, ActorNames([note], refs))})
     return note
 
 
@@ -458,4 +473,6 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
         changes = {name: {"old": plain(old), "new": plain(getattr(current, name))}
                    for name, old in before.items() if old != getattr(current, name)}
         _audit(current, actor, "activity_logged", {"activity": {"old": None, "new": activity.public_id}, **changes})
+        events.record(refs, "lead.activity_logged", current,
+                      lambda: {"activity": activity_document(activity, ActorNames([activity], refs))})
     return current, activity

@@ -54,8 +54,9 @@ class LeadNotes(MethodView):
     def post(self, data, public_id):
         """Add a note to a lead"""
         lead = visible_lead_or_404(public_id)
-        note = pipeline.add_note(lead, data["body"], actor())
-        return json_response({"data": note_document(note, ActorNames([note], request_refs()))}, 201)
+        refs = request_refs()
+        note = pipeline.add_note(lead, data["body"], actor(), refs)
+        return json_response({"data": note_document(note, ActorNames([note], refs))}, 201)
 
 
 @blp.route("/<lead_id:public_id>/activities")

@@ -1,0 +1,96 @@
+"""Events: what happened to a lead, written in the transaction of the change (a transactional outbox).
+
+Every change path in pipeline.py calls `record` inside its `with transaction():`, so an event
+exists exactly when its change committed: a change that rolls back leaves no event, and one
+that committed is delivered even if the process dies right after (delivery.py sends what the
+table holds). An event gets one delivery row per active webhook subscribed to its type; with
+none subscribed, `record` returns without touching the database (the workspace's webhooks are
+part of its cached reference data).
+
+Signing secrets are derived, never stored: a webhook keeps a random salt, and its secret is
+HMAC-SHA256(webhooks.secret_key, salt). A copy of the database alone cannot sign or verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any, Callable, Iterable
+
+from standardwebhooks import Webhook as Signer
+
+from .db import database
+from .documents import Refs, lead_document
+from .models import Delivery, Event, Lead, Webhook, utcnow
+from .schemas import rfc3339
+
+LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
+               "lead.note_added", "lead.activity_logged", "lead.erased")
+TEST_EVENT = "webhook.test"
+EVENT_TYPES = (*LEAD_EVENTS, TEST_EVENT)
+ROTATION_OVERLAP = timedelta(hours=24)   # how long the previous secret still signs after a rotation
+SECRET_PREFIX = "whsec_"
+
+# Set after a commit that wrote deliveries, so this process's delivery threads start at once.
+work_waiting = threading.Event()
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class SecretKeyMissing(Exception):
+    """webhooks.secret_key is empty: no secret can be made or used."""
+
+
+def record(refs: Refs, event_type: str, lead: Lead, details: Callable[[], dict[str, Any]] | None = None) -> None:
+    """Record an event about a lead in the caller's transaction. `details` adds to `data` beside
+    `lead` (the lead as an admin reads it), and is only called when some webhook wants the event."""
+    hooks = refs.webhooks_for(event_type)
+    if not hooks:
+        return
+    document = {"id": lead.public_id} if event_type == "lead.erased" else lead_document(lead, refs)
+    write(refs.workspace.id, event_type, {"lead": document, **(details() if details else {})}, hooks)
+
+
+def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Iterable[int]) -> Event:
+    """The event row and a delivery due now for each webhook; the delivery threads wake after the commit."""
+    now = utcnow()
+    body = _encode({"type": event_type, "timestamp": rfc3339(now), "data": data})
+    event = Event.create(workspace=workspace_id, type=event_type, body=body, created_at=now)
+    Delivery.insert_many([{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
+                          for hook in hooks]).execute()
+    database.after_commit(work_waiting.set)
+    return event
+
+
+# --- secrets and signatures ------------------------------------------------------------------
+
+def new_salt() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def secret(salt: str, secret_key: str) -> str:
+    """The whsec_ secret a webhook's salt stands for under the configured key."""
+    if not secret_key:
+        raise SecretKeyMissing("Webhooks need webhooks.secret_key (32+ random characters) in the configuration.")
+    digest = hmac.new(secret_key.encode(), b"leadsvc webhook secret\x00" + salt.encode(), hashlib.sha256).digest()
+    return SECRET_PREFIX + base64.b64encode(digest).decode()
+
+
+def signing_secrets(hook: Webhook, secret_key: str, now: datetime) -> list[str]:
+    """The secrets that sign a delivery now: the current one, and the previous for 24 h after a rotation."""
+    salts = [hook.secret_salt]
+    if hook.previous_salt and hook.previous_expires_at and hook.previous_expires_at > now:
+        salts.append(hook.previous_salt)
+    return [secret(salt, secret_key) for salt in salts]
+
+
+def signed_headers(event_id: str, body: str, secrets_: list[str], at: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers of one attempt, signed with its own timestamp by each secret."""
+    moment = at.replace(tzinfo=UTC)
+    signatures = " ".join(Signer(value).sign(event_id, moment, body) for value in secrets_)
+    return {"webhook-id": event_id, "webhook-timestamp": str(int(moment.timestamp())),
+            "webhook-signature": signatures}
