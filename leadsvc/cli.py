@@ -1,4 +1,4 @@
-"""The `leadsvc` command: serve, migrate, setup, demo, tokens, import, openapi, check."""
+"""The `leadsvc` command: serve, worker, migrate, setup, demo, tokens, webhooks, import, openapi, check."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from flask import Flask
 
 from . import __version__, create_app
 from .config import ConfigError, config_path
-from .db import UNAVAILABLE_ERRORS, database, migrate as run_migrations, pending_migrations, ping, transaction
+from .db import UNAVAILABLE_ERRORS, close as db_close, database, migrate as run_migrations, pending_migrations, ping, transaction
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
 
@@ -91,10 +91,44 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     server = app.config["LEADSVC"]["server"]
     logging.getLogger("leadsvc").info(
         "leadsvc %s, database %s, docs at /docs", __version__, redact(app.config["LEADSVC"]["database"]["url"]))
+    deliverer = _deliverer(app).start() if app.config["LEADSVC"]["webhooks"]["deliver_in_serve"] else None
     try:
         serve_app(app, host or server["host"], port or server["port"])
     except CannotListen as exc:
         raise click.ClickException(f"{exc} Choose another with --port or LEADSVC_SERVER_PORT.") from None
+    finally:
+        if deliverer is not None:
+            deliverer.stop()
+
+
+def _deliverer(app: Flask):
+    from .delivery import Deliverer
+
+    return Deliverer(app.config["LEADSVC"], version=__version__, metrics=app.extensions.get("leadsvc.metrics"))
+
+
+@cli.command()
+@click.pass_context
+def worker(ctx: click.Context) -> None:
+    """Deliver webhook events without serving (any number of workers may share a database)."""
+    import signal
+    import threading
+
+    from .observability import configure_logging
+
+    app = _app(ctx)
+    configure_logging(app.config["LEADSVC"]["logging"])
+    app = _migrated_app(ctx)
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopping.set())
+    deliverer = _deliverer(app).start()
+    logging.getLogger("leadsvc").info("leadsvc %s delivering webhook events, database %s", __version__,
+                                      redact(app.config["LEADSVC"]["database"]["url"]))
+    while not stopping.wait(1):
+        pass
+    deliverer.stop()
+    db_close()
 
 
 @cli.command()
@@ -254,6 +288,151 @@ def tokens_revoke(ctx: click.Context, token_id: str) -> None:
     except LookupError as exc:
         raise click.ClickException(f"{exc} `leadsvc tokens list` shows the tokens.") from None
     click.echo(f"Token {token.public_id} is revoked.")
+
+
+@cli.group()
+def webhooks() -> None:
+    """Register webhooks, read their deliveries, replay one."""
+
+
+def _workspace(workspace_id: str):
+    from .models import Workspace
+
+    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
+    if workspace is None:
+        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+    return workspace
+
+
+def _webhook(webhook_id: str):
+    from .models import Webhook
+
+    hook = Webhook.get_or_none(Webhook.public_id == webhook_id)
+    if hook is None:
+        raise click.ClickException(f"No webhook {webhook_id}. `leadsvc webhooks list` shows them.")
+    return hook
+
+
+def _problem_message(exc) -> str:
+    return exc.detail or "; ".join(f"{field}: {' '.join(messages)}" for field, messages in (exc.errors or {}).items())
+
+
+@webhooks.command("create")
+@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--url", required=True, help="The https:// URL that receives the events.")
+@click.option("--events", "event_types", default="*", show_default=True,
+              help="Comma-separated event types (lead.created, ...), or * for all.")
+@click.option("--description", default="", help="What the endpoint is for.")
+@click.option("--json", "as_json", is_flag=True, help="Print the webhook and its secret as one JSON object.")
+@click.pass_context
+def webhooks_create(ctx: click.Context, workspace_id: str, url: str, event_types: str, description: str,
+                    as_json: bool) -> None:
+    """Register a webhook; its signing secret is shown once."""
+    import marshmallow as ma
+
+    from .problems import Problem
+    from .webhooks import WebhookCreateSchema, create_webhook, webhook_document
+
+    app = _migrated_app(ctx)
+    workspace = _workspace(workspace_id)
+    try:
+        data = WebhookCreateSchema().load({"url": url, "description": description,
+                                           "events": [e.strip() for e in event_types.split(",") if e.strip()]})
+        hook, secret = create_webhook(workspace.id, data, app.config["LEADSVC"])
+    except ma.ValidationError as exc:
+        raise click.ClickException("; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())) from None
+    except Problem as exc:
+        raise click.ClickException(_problem_message(exc)) from None
+    if as_json:
+        _print_json(webhook_document(hook, secret, with_secret=True))
+        return
+    click.echo(f"Webhook {hook.public_id} -> {hook.url} ({', '.join(hook.events)}). Its signing secret, shown only now:")
+    click.echo(f"  {secret}")
+
+
+@webhooks.command("list")
+@click.option("--workspace", "workspace_id", help="Only this workspace's webhooks.")
+@click.option("--json", "as_json", is_flag=True, help="Print them as one JSON object.")
+@click.pass_context
+def webhooks_list(ctx: click.Context, workspace_id: str | None, as_json: bool) -> None:
+    """List webhooks (never their secrets)."""
+    from .models import Webhook
+    from .webhooks import webhook_document
+
+    _migrated_app(ctx)
+    query = Webhook.select().order_by(Webhook.created_at, Webhook.id)
+    if workspace_id:
+        query = query.where(Webhook.workspace == _workspace(workspace_id).id)
+    hooks = list(query)
+    if as_json:
+        _print_json({"webhooks": [webhook_document(hook) for hook in hooks]})
+        return
+    if not hooks:
+        click.echo("No webhooks.")
+    for hook in hooks:
+        state = "active" if hook.active else f"disabled ({hook.disabled_reason or 'by hand'})"
+        click.echo(f"{hook.public_id}  {hook.url}  {','.join(hook.events)}  {state}")
+
+
+@webhooks.command("delete")
+@click.argument("webhook_id")
+@click.pass_context
+def webhooks_delete(ctx: click.Context, webhook_id: str) -> None:
+    """Delete a webhook and its deliveries."""
+    from .webhooks import delete_webhook
+
+    _migrated_app(ctx)
+    delete_webhook(_webhook(webhook_id))
+    click.echo(f"Webhook {webhook_id} is deleted.")
+
+
+@webhooks.command("deliveries")
+@click.argument("webhook_id")
+@click.option("--state", help="Only these states (pending, failed, succeeded, dead), comma-separated.")
+@click.option("--limit", type=click.IntRange(1, 200), default=50, show_default=True, help="The newest this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print them as one JSON object.")
+@click.pass_context
+def webhooks_deliveries(ctx: click.Context, webhook_id: str, state: str | None, limit: int, as_json: bool) -> None:
+    """The newest deliveries of a webhook."""
+    import marshmallow as ma
+
+    from .webhooks import DeliveriesQuery, deliveries_page
+
+    _migrated_app(ctx)
+    hook = _webhook(webhook_id)
+    try:
+        params = DeliveriesQuery().load({"page[size]": limit, **({"filter[state]": state} if state else {})})
+    except ma.ValidationError as exc:
+        raise click.ClickException("; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())) from None
+    rows, _ = deliveries_page(hook, params)
+    if as_json:
+        _print_json({"deliveries": rows})
+        return
+    if not rows:
+        click.echo("No deliveries.")
+    for row in rows:
+        outcome = f"HTTP {row['last_status']}" if row["last_status"] else (row["last_error"] or "not attempted yet")
+        click.echo(f"{row['id']}  {row['event']['id']}  {row['event']['type']:<24} {row['state']:<9} "
+                   f"attempts {row['attempts']}  {outcome}")
+
+
+@webhooks.command("replay")
+@click.argument("webhook_id")
+@click.argument("delivery_id")
+@click.pass_context
+def webhooks_replay(ctx: click.Context, webhook_id: str, delivery_id: str) -> None:
+    """Send a delivery again as its next attempt (a running serve or worker sends it)."""
+    from .problems import Problem
+    from .webhooks import delivery_or_404, replay
+
+    _migrated_app(ctx)
+    hook = _webhook(webhook_id)
+    try:
+        row, _ = delivery_or_404(hook, delivery_id)
+        replay(row, hook)
+    except Problem as exc:
+        raise click.ClickException(_problem_message(exc)) from None
+    click.echo(f"Delivery {delivery_id} is due again now.")
 
 
 @cli.command()

@@ -87,6 +87,15 @@ OPERATION_IDS = {
     ("get", "/api/v1/forms"): "listForms",
     ("get", "/forms/{form_id}"): "getFormPage",
     ("post", "/api/v1/forms/{form_id}/submissions"): "submitForm",
+    ("get", "/api/v1/webhooks"): "listWebhooks",
+    ("post", "/api/v1/webhooks"): "createWebhook",
+    ("get", "/api/v1/webhooks/{public_id}"): "getWebhook",
+    ("patch", "/api/v1/webhooks/{public_id}"): "updateWebhook",
+    ("delete", "/api/v1/webhooks/{public_id}"): "deleteWebhook",
+    ("post", "/api/v1/webhooks/{public_id}/rotate-secret"): "rotateWebhookSecret",
+    ("post", "/api/v1/webhooks/{public_id}/test"): "testWebhook",
+    ("get", "/api/v1/webhooks/{public_id}/deliveries"): "listWebhookDeliveries",
+    ("post", "/api/v1/webhooks/{public_id}/deliveries/{delivery_id}/replay"): "replayWebhookDelivery",
 }
 
 

@@ -100,6 +100,18 @@ class LeadIdConverter(BaseConverter):
     regex = public_id_regex("ld_")
 
 
+class WebhookIdConverter(BaseConverter):
+    regex = public_id_regex("wh_")
+
+
+class DeliveryIdConverter(BaseConverter):
+    regex = public_id_regex("dlv_")
+
+
+CONVERTERS = {"lead_id": LeadIdConverter, "webhook_id": WebhookIdConverter, "delivery_id": DeliveryIdConverter}
+
+
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:
-    app.url_map.converters["lead_id"] = LeadIdConverter
-    api.register_converter(LeadIdConverter, lambda converter: {"type": "string", "pattern": f"^{converter.regex}$"})
+    for name, converter in CONVERTERS.items():
+        app.url_map.converters[name] = converter
+        api.register_converter(converter, lambda converter: {"type": "string", "pattern": f"^{converter.regex}$"})

@@ -14,7 +14,8 @@ Hooked once in create_app, so every POST of every blueprint takes part:
   written into the row in the same transaction as the changes it reports, so a crash keeps
   neither, and a retry then runs afresh.
 - Recorded: 2xx, and 4xx other than 401, 403 and 429 (those depend on the token or the moment,
-  not on the request). On a 5xx everything the request did rolls back and nothing is recorded.
+  not on the request). A secret shown once (a new webhook's) is recorded as null: a replay
+  never shows it again. On a 5xx everything the request did rolls back and nothing is recorded.
 - A request that waits for another with its key longer than LOCK_WAIT_MS gets 409 `conflict`
   on PostgreSQL; SQLite queues all writers on its busy timeout, past which the answer is 503.
 """
@@ -126,10 +127,21 @@ def record(response: Response) -> Response:
     else:
         row.status = response.status_code
         row.headers = {name: response.headers[name] for name in REPLAYED_HEADERS if name in response.headers}
-        row.body = response.get_data()
+        row.body = _without_secret(response.get_data()) if g.pop("shows_secret", False) else response.get_data()
         row.save()
     reservation.end(commit=True)
     return response
+
+
+def shows_secret() -> None:
+    """The response carries a secret shown once (data.secret): its recorded copy keeps it null."""
+    g.shows_secret = True
+
+
+def _without_secret(body: bytes) -> bytes:
+    document = json.loads(body)
+    document["data"]["secret"] = None
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def release(exc: BaseException | None) -> None:

@@ -16,6 +16,8 @@ from ipaddress import ip_address
 from flask import Blueprint, Flask, Response, current_app, g, request
 
 from .config import networks
+from .db import UNAVAILABLE_ERRORS
+from .models import Delivery, utcnow
 from .observability import request_route
 from .problems import NotFound
 
@@ -23,6 +25,8 @@ blp = Blueprint("metrics", __name__)
 
 # Upper bounds in seconds, Prometheus' usual spread from 5 ms to 10 s.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Delivery lag: well under a second when receivers answer, hours when they are retried.
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -35,6 +39,16 @@ class Metrics:
         self.latency: dict[str, list] = {}     # route -> [bucket counts..., +Inf count, sum]
         self.database_errors = 0
         self.started = time.time()
+        self.deliveries: dict[str, int] = {}     # outcome of each delivery attempt -> count
+        self.lag = [0] * (len(LAG_BUCKETS) + 1) + [0.0]
+
+    def delivery(self, outcome: str, lag_seconds: float | None) -> None:
+        """One delivery attempt's outcome (its state after it) and, for a success, commit-to-delivery lag."""
+        with self.lock:
+            self.deliveries[outcome] = self.deliveries.get(outcome, 0) + 1
+            if lag_seconds is not None:
+                self.lag[bisect_left(LAG_BUCKETS, lag_seconds)] += 1
+                self.lag[-1] += lag_seconds
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         key = (method, route, status)
@@ -54,6 +68,7 @@ class Metrics:
             requests = sorted(self.requests.items())
             latency = sorted((route, list(counts)) for route, counts in self.latency.items())
             database_errors = self.database_errors
+            deliveries, lag = sorted(self.deliveries.items()), list(self.lag)
         lines = [
             "# HELP leadsvc_http_requests_total Requests answered, by method, route template and status.",
             "# TYPE leadsvc_http_requests_total counter",
@@ -80,8 +95,32 @@ class Metrics:
             "# HELP leadsvc_process_start_time_seconds When this process started serving, in Unix time.",
             "# TYPE leadsvc_process_start_time_seconds gauge",
             f"leadsvc_process_start_time_seconds {self.started:.3f}",
+            "# HELP leadsvc_webhook_deliveries_total Webhook delivery attempts made by this process, by outcome "
+            "(the delivery's state after the attempt).",
+            "# TYPE leadsvc_webhook_deliveries_total counter",
         ]
+        lines += [f'leadsvc_webhook_deliveries_total{{outcome="{_label(outcome)}"}} {n}' for outcome, n in deliveries]
+        lines += ["# HELP leadsvc_webhook_lag_seconds From the commit of a change to the successful delivery of its event.",
+                  "# TYPE leadsvc_webhook_lag_seconds histogram"]
+        total = 0
+        for bound, count in zip((*LAG_BUCKETS, "+Inf"), lag[:-1]):
+            total += count
+            lines.append(f'leadsvc_webhook_lag_seconds_bucket{{le="{bound}"}} {total}')
+        lines += [f"leadsvc_webhook_lag_seconds_sum {lag[-1]:.6f}", f"leadsvc_webhook_lag_seconds_count {total}"]
+        backlog = webhook_backlog()
+        if backlog is not None:
+            lines += ["# HELP leadsvc_webhook_backlog Webhook deliveries due now and not yet attempted "
+                      "(all processes on this database).",
+                      "# TYPE leadsvc_webhook_backlog gauge", f"leadsvc_webhook_backlog {backlog}"]
         return "\n".join(lines) + "\n"
+
+
+def webhook_backlog() -> int | None:
+    """Deliveries due now, from the database (None when it does not answer: the rest still renders)."""
+    try:
+        return Delivery.select().where(Delivery.next_attempt_at <= utcnow()).count()
+    except UNAVAILABLE_ERRORS:
+        return None
 
 
 def _label(value: str) -> str:

@@ -124,9 +124,16 @@ def database_url(backend, tmp_path_factory, request) -> str:
     return url
 
 
+# The key every test webhook secret derives from; receivers run on 127.0.0.1 over plain HTTP.
+WEBHOOK_SECRET_KEY = "test-webhook-secret-key-0123456789abcdef"
+WEBHOOK_TEST_SETTINGS = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rate_limits": {"enabled": False},
+    "webhooks": WEBHOOK_TEST_SETTINGS,
 }
+# The same, for processes configured by the environment.
+WEBHOOK_TEST_ENV = {f"LEADSVC_WEBHOOKS_{key.upper()}": str(value).lower() if isinstance(value, bool) else value
+                    for key, value in WEBHOOK_TEST_SETTINGS.items()}
 
 
 def config_for(database_url: str, **sections: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -371,7 +378,7 @@ def run_cli(app, database_url):
 
     def run(*args: str, env: dict[str, str | None] | None = None):
         environment = {"LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": database_url,
-                       "LEADSVC_RATE_LIMITS_ENABLED": "false", **(env or {})}
+                       "LEADSVC_RATE_LIMITS_ENABLED": "false", **WEBHOOK_TEST_ENV, **(env or {})}
         try:
             return CliRunner().invoke(cli, list(args), obj={}, env=environment, catch_exceptions=False)
         finally:

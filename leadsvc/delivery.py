@@ -1,0 +1,443 @@
+"""Delivering events to webhooks: claim what is due, send each attempt signed, record its outcome.
+
+A Deliverer runs in `leadsvc serve` (a background thread) and in `leadsvc worker`. It claims due
+deliveries in one short transaction that moves their `next_attempt_at` to the end of a lease
+and counts the attempt (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: the write lock), so any
+number of processes on one database never send the same attempt twice. The HTTP request runs
+outside any transaction, on a small pool of sender threads with keep-alive connections; each
+outcome is recorded in its own transaction, fenced by the attempt number. A process that dies
+mid-attempt leaves the claim to lapse, and the delivery is sent again (at least once).
+
+Destinations are checked at each send: the host is resolved once, every address it resolves to
+must be public (unless `webhooks.allow_private_networks`), and the connection goes to the
+checked address, with the host name kept for TLS (SNI, certificate) and `Host`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import logging
+import random
+import socket
+import ssl
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable
+from urllib.parse import SplitResult, urlsplit
+
+from . import events
+from .db import UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
+from .models import Delivery, Event, Webhook, utcnow
+
+log = logging.getLogger("leadsvc.delivery")
+
+# Seconds from each failed attempt to the next (DESIGN section 14); after the last, the delivery is dead.
+SCHEDULE = (5, 5 * 60, 30 * 60, 2 * 3600, 5 * 3600, 10 * 3600, 10 * 3600, 24 * 3600, 24 * 3600)
+JITTER = 0.2
+MAX_RETRY_AFTER = 24 * 3600       # a Retry-After longer than the longest step is taken as that step
+DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in between
+KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
+DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
+USER_AGENT = "leadsvc/{version}"
+
+
+class Refused(Exception):
+    """A destination the settings do not allow; the message says why."""
+
+
+# --- where a webhook may point ------------------------------------------------------------------
+
+def check_url(url: str, settings: dict[str, Any]) -> SplitResult:
+    """The URL's parts if its form is acceptable (https, unless allow_http; a host; no credentials)."""
+    try:
+        parts = urlsplit(url)
+        parts.port   # noqa: B018 (raises ValueError on a port that is not a number in range)
+    except ValueError:
+        raise Refused("Not a valid URL.") from None
+    schemes = ("https", "http") if settings["allow_http"] else ("https",)
+    if parts.scheme not in schemes:
+        raise Refused("Use an https:// URL." if not settings["allow_http"] else "Use an http:// or https:// URL.")
+    if not parts.hostname:
+        raise Refused("The URL needs a host.")
+    if parts.username is not None or parts.password is not None:
+        raise Refused("Leave credentials out of the URL: deliveries are signed instead.")
+    if parts.fragment:
+        raise Refused("A webhook URL has no #fragment.")
+    return parts
+
+
+def is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def resolve(parts: SplitResult, settings: dict[str, Any]) -> str:
+    """The one address to connect to, after checking every address the host resolves to."""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise Refused(f"{parts.hostname} does not resolve ({exc}).") from None
+    addresses = list(dict.fromkeys(info[4][0] for info in found))
+    if not settings["allow_private_networks"]:
+        private = [a for a in addresses if not is_public(a)]
+        if private:
+            raise Refused(f"{parts.hostname} resolves to {', '.join(private)}: loopback, private, link-local and "
+                          "multicast destinations are refused (webhooks.allow_private_networks).")
+    return addresses[0]
+
+
+def check_destination(url: str, settings: dict[str, Any]) -> None:
+    """Refused unless deliveries may go to this URL now (form and resolved addresses)."""
+    resolve(check_url(url, settings), settings)
+
+
+# --- sending ---------------------------------------------------------------------------------
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to one checked address; `Host` still names the URL's host."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPS connection to one checked address, verifying the certificate of the URL's host (SNI)."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float, tls: ssl.SSLContext):
+        super().__init__(host, port, timeout=timeout, context=tls)
+        self.address, self.tls = address, tls
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+
+
+@dataclass
+class Answer:
+    """What one attempt got: a status and the start of the body, or an error."""
+
+    status: int | None = None
+    body: str | None = None
+    retry_after: float | None = None
+    error: str | None = None
+    duration_ms: int = 0
+
+
+class Sender:
+    """POSTs over keep-alive connections, each pinned to the address checked for that send."""
+
+    def __init__(self, settings: dict[str, Any]):
+        self.settings = settings
+        self.tls = ssl.create_default_context()
+        self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
+        self.lock = threading.Lock()
+
+    def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        started = time.perf_counter()
+        answer = self._post(url, body, headers)
+        answer.duration_ms = round((time.perf_counter() - started) * 1000)
+        return answer
+
+    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        try:
+            parts = check_url(url, self.settings)
+            address = resolve(parts, self.settings)
+        except Refused as exc:
+            return Answer(error=str(exc))
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        key = (parts.scheme, parts.hostname, port, address)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        reused = self._take(key)
+        connection = reused or self._connect(key)
+        try:
+            try:
+                return self._exchange(key, connection, target, body, headers)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if reused is None:
+                    raise
+                # The receiver closed the idle connection meanwhile: once more on a new one.
+                connection.close()
+                connection = self._connect(key)
+                return self._exchange(key, connection, target, body, headers)
+        except TimeoutError:
+            connection.close()
+            return Answer(error=f"No answer within {self.settings['timeout']} s.")
+        except ssl.SSLError as exc:
+            connection.close()
+            return Answer(error=f"TLS failed: {exc.reason or exc}.")
+        except ConnectionRefusedError:
+            connection.close()
+            return Answer(error="Connection refused.")
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            return Answer(error=f"{type(exc).__name__}: {exc}"[:500])
+
+    def _exchange(self, key: tuple, connection: http.client.HTTPConnection, target: str, body: bytes,
+                  headers: dict[str, str]) -> Answer:
+        connection.request("POST", target, body=body, headers=headers)
+        response = connection.getresponse()
+        kept = response.read(KEPT_RESPONSE)
+        response.read(DRAINED_RESPONSE)
+        if response.isclosed() and (response.getheader("Connection") or "").lower() != "close":
+            self._give_back(key, connection)
+        else:
+            connection.close()
+        return Answer(status=response.status, body=kept.decode("utf-8", "replace"),
+                      retry_after=retry_after(response.getheader("Retry-After")))
+
+    def _connect(self, key: tuple) -> http.client.HTTPConnection:
+        scheme, host, port, address = key
+        timeout = self.settings["timeout"]
+        if scheme == "https":
+            return PinnedHTTPSConnection(host, port, address, timeout, self.tls)
+        return PinnedHTTPConnection(host, port, address, timeout)
+
+    def _take(self, key: tuple) -> http.client.HTTPConnection | None:
+        with self.lock:
+            idle = self.idle.get(key)
+            return idle.pop() if idle else None
+
+    def _give_back(self, key: tuple, connection: http.client.HTTPConnection) -> None:
+        with self.lock:
+            self.idle.setdefault(key, []).append(connection)
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        from email.utils import parsedate_to_datetime
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+# --- the schedule ----------------------------------------------------------------------------
+
+def next_delay(failures: int, answer: Answer, rng: Callable[[], float]) -> float | None:
+    """Seconds until the attempt after this many failures (None: no more attempts)."""
+    if failures > len(SCHEDULE):
+        return None
+    if answer.status in (429, 503) and answer.retry_after is not None:
+        return min(answer.retry_after, MAX_RETRY_AFTER)
+    return SCHEDULE[failures - 1] * (1 + JITTER * (2 * rng() - 1))
+
+
+# --- the deliverer ---------------------------------------------------------------------------
+
+@dataclass
+class Claimed:
+    delivery: Delivery
+    attempt: int
+
+
+class Deliverer:
+    """Claims due deliveries and sends them on `webhooks.senders` threads until stopped."""
+
+    def __init__(self, settings: dict[str, Any], *, version: str, metrics: Any = None,
+                 clock: Callable[[], datetime] = utcnow, rng: Callable[[], float] = random.random):
+        self.settings = settings["webhooks"]
+        self.metrics = metrics
+        self.clock, self.rng = clock, rng
+        self.user_agent = USER_AGENT.format(version=version)
+        self.sender = Sender(self.settings)
+        self.senders = self.settings["senders"]
+        # An attempt's claim outlasts anything it can take (a connect and a read, each up to the timeout).
+        self.lease = timedelta(seconds=3 * self.settings["timeout"] + 30)
+        self.poll = self.settings["poll_interval_ms"] / 1000
+        self.stopping = threading.Event()
+        self.slot_freed = threading.Event()
+        self.in_flight = 0
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.pool: ThreadPoolExecutor | None = None
+
+    # -- running in the background
+
+    def start(self) -> "Deliverer":
+        self.pool = ThreadPoolExecutor(self.senders, thread_name_prefix="leadsvc-send")
+        self.thread = threading.Thread(target=self.run, name="leadsvc-delivery", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop claiming, and let the attempts under way finish."""
+        self.stopping.set()
+        self.slot_freed.set()
+        events.work_waiting.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        self.sender.close()
+
+    def run(self) -> None:
+        """Claim and hand out work until stopped: at once after a commit in this process wrote
+        deliveries, else every poll interval (deliveries written by other processes)."""
+        while not self.stopping.is_set():
+            with self.lock:
+                free = self.senders - self.in_flight
+            if free <= 0:
+                self.slot_freed.wait(self.poll)
+                self.slot_freed.clear()
+                continue
+            events.work_waiting.clear()
+            claimed = self._claim_safely(free)
+            for item in claimed:
+                with self.lock:
+                    self.in_flight += 1
+                self.pool.submit(self._attempt_in_slot, item)
+            if len(claimed) < free:
+                events.work_waiting.wait(self.poll)
+
+    def _attempt_in_slot(self, item: Claimed) -> None:
+        try:
+            self.attempt(item)
+        except Exception:   # the claim lapses and the delivery is tried again; the thread lives on
+            log.exception("delivery %s: recording the attempt failed", item.delivery.public_id)
+        finally:
+            release_connection()
+            with self.lock:
+                self.in_flight -= 1
+            self.slot_freed.set()
+
+    def _claim_safely(self, limit: int) -> list[Claimed]:
+        try:
+            return self.claim(limit)
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("cannot claim deliveries: %s", exc)
+            return []
+        finally:
+            release_connection()
+
+    # -- one step at a time (also what tests drive, with their own clock)
+
+    def deliver_due(self) -> int:
+        """Send every delivery due now, in this thread; how many attempts were made."""
+        made = 0
+        while claimed := self.claim(self.senders):
+            for item in claimed:
+                self.attempt(item)
+            made += len(claimed)
+        return made
+
+    def claim(self, limit: int) -> list[Claimed]:
+        """Up to `limit` due deliveries, each leased to this process for one attempt."""
+        now = self.clock()
+        due = (Delivery.select(Delivery.id).where(Delivery.next_attempt_at <= now)
+               .order_by(Delivery.next_attempt_at).limit(limit))
+        if is_postgres():
+            due = due.for_update(skip_locked=True)
+        with transaction():
+            leased = list(Delivery.update(next_attempt_at=now + self.lease, attempts=Delivery.attempts + 1)
+                          .where(Delivery.id.in_(due) & (Delivery.next_attempt_at <= now))
+                          .returning(Delivery.id, Delivery.attempts).tuples().execute())
+        if not leased:
+            return []
+        attempts = dict(leased)
+        rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
+                .where(Delivery.id.in_(list(attempts))))
+        return [Claimed(row, attempts[row.id]) for row in rows]
+
+    def attempt(self, item: Claimed) -> None:
+        """Send one attempt and record what came of it."""
+        delivery, hook, event = item.delivery, item.delivery.webhook, item.delivery.event
+        now = self.clock()
+        try:
+            signing = events.signing_secrets(hook, self.settings["secret_key"], now)
+        except events.SecretKeyMissing as exc:
+            answer = Answer(error=str(exc))
+        else:
+            headers = {**events.signed_headers(event.public_id, event.body, signing, now),
+                       "Content-Type": "application/json", "User-Agent": self.user_agent}
+            answer = self.sender.post(hook.url, event.body.encode(), headers)
+        self.record(item, answer)
+
+    def record(self, item: Claimed, answer: Answer) -> str | None:
+        """The attempt's outcome, in its own transaction; None if the delivery moved on meanwhile
+        (replayed, or its webhook deleted)."""
+        now = self.clock()
+        ok = answer.status is not None and 200 <= answer.status < 300
+        with transaction():
+            delivery = for_update(Delivery.select().where(
+                (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt))).first()
+            if delivery is None:
+                return None
+            delivery.last_status, delivery.last_error = answer.status, answer.error
+            delivery.last_response = answer.body
+            delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
+            hook = for_update(Webhook.select().where(Webhook.id == delivery.webhook_id)).first()
+            if ok:
+                delivery.state, delivery.next_attempt_at = "succeeded", None
+                if hook.failing_since is not None:
+                    Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()
+            elif answer.status == 410:
+                delivery.state, delivery.next_attempt_at = "dead", None
+                disable(hook, "The endpoint answered 410 Gone.")
+            else:
+                delivery.failures += 1
+                delay = next_delay(delivery.failures, answer, self.rng)
+                if delay is None:
+                    delivery.state, delivery.next_attempt_at = "dead", None
+                else:
+                    delivery.state, delivery.next_attempt_at = "failed", now + timedelta(seconds=delay)
+                failing_since = hook.failing_since or now
+                if hook.failing_since is None:
+                    Webhook.update(failing_since=now).where(Webhook.id == hook.id).execute()
+                if now - failing_since >= DISABLE_AFTER:
+                    delivery.state, delivery.next_attempt_at = "dead", None
+                    disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} UTC "
+                                  f"(last: {describe(answer)}).")
+            delivery.save()
+        if self.metrics is not None:
+            lag = (utcnow() - item.delivery.event.created_at).total_seconds() if ok else None
+            self.metrics.delivery(delivery.state, lag)
+        return delivery.state
+
+
+def describe(answer: Answer) -> str:
+    return f"HTTP {answer.status}" if answer.status is not None else (answer.error or "no answer")
+
+
+def disable(hook: Webhook, reason: str) -> None:
+    """Turn a webhook off with a reason; its scheduled deliveries become dead (in the caller's transaction)."""
+    Webhook.update(active=False, disabled_reason=reason[:500]).where(Webhook.id == hook.id).execute()
+    give_up(hook.id)
+
+
+def give_up(hook_id: int) -> None:
+    """The webhook's scheduled deliveries become dead (it was disabled)."""
+    Delivery.update(state="dead", next_attempt_at=None).where(
+        (Delivery.webhook == hook_id) & Delivery.next_attempt_at.is_null(False)).execute()
+
+
+def release_connection() -> None:
+    """A delivery thread's PostgreSQL connection goes back to the pool between steps, so the
+    delivery threads never hold connections the serving threads need. SQLite keeps its own."""
+    if is_postgres() and not database.is_closed():
+        database.close()

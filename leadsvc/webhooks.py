@@ -1,0 +1,348 @@
+"""The /api/v1/webhooks blueprint and what it does: register, change, rotate, test, and the
+deliveries log with replay. Admins only (`webhooks:manage`); the CLI calls the same functions."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import marshmallow as ma
+from flask import Response, request
+from flask.views import MethodView
+
+from . import cursor, delivery, events
+from .auth import caller, requires
+from .config import settings
+from .db import database, transaction
+from .documents import json_response
+from .extensions import Blueprint
+from .idempotency import shows_secret
+from .listing import comma_separated, next_link
+from .models import DELIVERY_STATES, Delivery, Event, Webhook, public_id_pattern, utcnow
+from .problems import Conflict, NotFound, ValidationFailed
+from .schemas import HistoryQuery, Text, UtcDateTime, one, page_of, rfc3339, whole_page
+
+blp = Blueprint("webhooks", __name__, url_prefix="/api/v1/webhooks",
+                description="HTTPS endpoints that receive the workspace's events, signed (Standard Webhooks).")
+
+WEBHOOK_ID, DELIVERY_ID = public_id_pattern("wh_"), public_id_pattern("dlv_")
+DELIVERIES_ORDER = cursor.Order(Delivery.created_at, Delivery.public_id, descending=True)
+MAX_WEBHOOKS = 50   # per workspace: each event is written once per subscribed webhook
+
+
+# --- what goes in and out --------------------------------------------------------------------
+
+class EventTypes(ma.fields.List):
+    def __init__(self, **kwargs):
+        super().__init__(ma.fields.String(validate=ma.validate.OneOf([*events.EVENT_TYPES, "*"])),
+                         validate=ma.validate.Length(min=1, max=len(events.EVENT_TYPES)), metadata={
+                             "description": "Event types, or [\"*\"] for all of them."}, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        types = list(dict.fromkeys(super()._deserialize(value, attr, data, **kwargs)))
+        if "*" in types and len(types) > 1:
+            raise ma.ValidationError("Send [\"*\"] alone, or the types you want.")
+        return types
+
+
+class WebhookCreateSchema(ma.Schema):
+    url = Text(2048, required=True, metadata={"description": "https:// URL that receives the events."})
+    events = EventTypes(required=True)
+    description = Text(500, load_default="")
+
+
+class WebhookPatchSchema(ma.Schema):
+    url = Text(2048)
+    events = EventTypes()
+    description = Text(500)
+    active = ma.fields.Boolean(metadata={"description": "true again clears disabled_reason."})
+
+
+class WebhookSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    url = ma.fields.String(required=True)
+    events = ma.fields.List(ma.fields.String(), required=True)
+    description = ma.fields.String(required=True)
+    active = ma.fields.Boolean(required=True)
+    disabled_reason = ma.fields.String(allow_none=True, required=True)
+    created_at = UtcDateTime(required=True)
+
+
+class WebhookWithSecretSchema(WebhookSchema):
+    secret = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "whsec_...: shown this once (null in a replay of this answer)."})
+
+
+class EventRefSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    type = ma.fields.String(required=True, metadata={"enum": list(events.EVENT_TYPES)})
+
+
+class DeliverySchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    event = ma.fields.Nested(EventRefSchema, required=True)
+    state = ma.fields.String(required=True, metadata={"enum": list(DELIVERY_STATES)})
+    attempts = ma.fields.Integer(required=True)
+    last_status = ma.fields.Integer(allow_none=True, required=True)
+    last_error = ma.fields.String(allow_none=True, required=True)
+    last_response = ma.fields.String(allow_none=True, required=True, metadata={"description": "The first 1 KiB."})
+    last_attempt_at = UtcDateTime(allow_none=True, required=True)
+    next_attempt_at = UtcDateTime(allow_none=True, required=True)
+    duration_ms = ma.fields.Integer(allow_none=True, required=True)
+    created_at = UtcDateTime(required=True)
+
+
+class States(ma.fields.String):
+    def _deserialize(self, value, attr, data, **kwargs):
+        states = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        if any(state not in DELIVERY_STATES for state in states):
+            raise ma.ValidationError(f"Use {', '.join(DELIVERY_STATES)}, comma-separated.")
+        return sorted(set(states))
+
+
+class DeliveriesQuery(HistoryQuery):
+    state = States(data_key="filter[state]", metadata={
+        "description": "pending, failed, succeeded, dead; comma-separated.",
+        "pattern": comma_separated(f"({'|'.join(DELIVERY_STATES)})")})
+
+
+def webhook_document(hook: Webhook, secret: str | None = None, *, with_secret: bool = False) -> dict[str, Any]:
+    document = {"id": hook.public_id, "url": hook.url, "events": hook.events, "description": hook.description,
+                "active": hook.active, "disabled_reason": hook.disabled_reason, "created_at": rfc3339(hook.created_at)}
+    if with_secret:
+        document["secret"] = secret
+    return document
+
+
+def delivery_document(row: Delivery, event: Event) -> dict[str, Any]:
+    return {"id": row.public_id, "event": {"id": event.public_id, "type": event.type}, "state": row.state,
+            "attempts": row.attempts, "last_status": row.last_status, "last_error": row.last_error,
+            "last_response": row.last_response, "last_attempt_at": rfc3339(row.last_attempt_at),
+            "next_attempt_at": rfc3339(row.next_attempt_at), "duration_ms": row.duration_ms,
+            "created_at": rfc3339(row.created_at)}
+
+
+# --- what the API and the CLI do -------------------------------------------------------------
+
+def _checked_url(url: str, config: Mapping[str, Any]) -> str:
+    try:
+        delivery.check_destination(url, config["webhooks"])
+    except delivery.Refused as exc:
+        raise ValidationFailed.field("url", str(exc)) from None
+    return url
+
+
+def _secret(salt: str, config: Mapping[str, Any]) -> str:
+    try:
+        return events.secret(salt, config["webhooks"]["secret_key"])
+    except events.SecretKeyMissing as exc:
+        raise Conflict(str(exc)) from None
+
+
+def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[Webhook, str]:
+    """A new webhook and its secret (shown once; only the salt it derives from is kept)."""
+    url = _checked_url(data["url"], config)
+    salt = events.new_salt()
+    secret = _secret(salt, config)
+    with transaction():
+        if Webhook.select().where(Webhook.workspace == workspace_id).count() >= MAX_WEBHOOKS:
+            raise Conflict(f"A workspace has at most {MAX_WEBHOOKS} webhooks; delete one first.")
+        hook = Webhook.create(workspace=workspace_id, url=url, events=data["events"],
+                              description=data.get("description") or "", secret_salt=salt, created_at=utcnow())
+    return hook, secret
+
+
+def update_webhook(hook: Webhook, changes: Mapping[str, Any], config: Mapping[str, Any]) -> Webhook:
+    """Change the fields sent; active false gives up on the scheduled deliveries, true clears the reason."""
+    if "url" in changes:
+        hook.url = _checked_url(changes["url"], config)
+    for name in ("events", "description"):
+        if name in changes:
+            setattr(hook, name, changes[name])
+    with transaction():
+        if "active" in changes and changes["active"] != hook.active:
+            hook.active = changes["active"]
+            if hook.active:
+                hook.disabled_reason, hook.failing_since = None, None
+            else:
+                delivery.give_up(hook.id)
+        hook.save()
+    return hook
+
+
+def rotate_secret(hook: Webhook, config: Mapping[str, Any]) -> str:
+    """A new secret; the previous one signs too for the next 24 hours."""
+    salt = events.new_salt()
+    secret = _secret(salt, config)
+    with transaction():
+        Webhook.update(secret_salt=salt, previous_salt=hook.secret_salt,
+                       previous_expires_at=utcnow() + events.ROTATION_OVERLAP).where(Webhook.id == hook.id).execute()
+    return secret
+
+
+def delete_webhook(hook: Webhook) -> None:
+    """The webhook and its deliveries (the database cascades)."""
+    with transaction():
+        Webhook.delete().where(Webhook.id == hook.id).execute()
+
+
+def send_test(hook: Webhook) -> tuple[Delivery, Event]:
+    """A webhook.test event for this webhook alone, due at once."""
+    if not hook.active:
+        raise Conflict("The webhook is disabled; set active to true first.")
+    with transaction():
+        event = events.write(hook.workspace_id, events.TEST_EVENT,
+                             {"webhook": {"id": hook.public_id, "url": hook.url}}, [hook.id])
+        row = Delivery.get((Delivery.event == event.id) & (Delivery.webhook == hook.id))
+    return row, event
+
+
+def replay(row: Delivery, hook: Webhook) -> Delivery:
+    """The delivery again, as its next attempt, due now (its retry schedule starts over)."""
+    if not hook.active:
+        raise Conflict("The webhook is disabled; set active to true first.")
+    with transaction():
+        Delivery.update(state="pending", failures=0, next_attempt_at=utcnow()).where(Delivery.id == row.id).execute()
+        database.after_commit(events.work_waiting.set)
+    return Delivery.get_by_id(row.id)
+
+
+def webhook_or_404(workspace_id: int, public_id: str) -> Webhook:
+    """The workspace's webhook with this id (an id of the wrong form is not looked up, nor echoed)."""
+    if not WEBHOOK_ID.fullmatch(public_id):
+        raise NotFound("There is no webhook with this id.")
+    hook = Webhook.get_or_none((Webhook.workspace == workspace_id) & (Webhook.public_id == public_id))
+    if hook is None:
+        raise NotFound(f"No webhook {public_id}.")
+    return hook
+
+
+def delivery_or_404(hook: Webhook, public_id: str) -> tuple[Delivery, Event]:
+    if not DELIVERY_ID.fullmatch(public_id):
+        raise NotFound("There is no delivery with this id.")
+    row = (Delivery.select(Delivery, Event).join(Event)
+           .where((Delivery.webhook == hook.id) & (Delivery.public_id == public_id)).first())
+    if row is None:
+        raise NotFound(f"No delivery {public_id} of webhook {hook.public_id}.")
+    return row, row.event
+
+
+def deliveries_page(hook: Webhook, params: Mapping[str, Any]) -> tuple[list[dict], str | None]:
+    """A page of the webhook's deliveries, newest first."""
+    query = Delivery.select(Delivery, Event).join(Event).where(Delivery.webhook == hook.id)
+    if params.get("state"):
+        query = query.where(Delivery.state.in_(params["state"]))
+    binding = cursor.fingerprint("deliveries", hook.public_id, params.get("state"))
+    rows, after = cursor.page(query, DELIVERIES_ORDER, params["page_size"], binding, params.get("page_after"))
+    return [delivery_document(row, row.event) for row in rows], after
+
+
+# --- views -----------------------------------------------------------------------------------
+
+def _hook(public_id: str) -> Webhook:
+    return webhook_or_404(caller().workspace.id, public_id)
+
+
+@blp.route("")
+class Webhooks(MethodView):
+    @requires("webhooks:manage")
+    @blp.response(200, page_of(WebhookSchema))
+    def get(self):
+        """List the workspace's webhooks"""
+        hooks = Webhook.select().where(Webhook.workspace == caller().workspace.id).order_by(
+            Webhook.created_at, Webhook.public_id)
+        return json_response(whole_page(webhook_document(hook) for hook in hooks))
+
+    @requires("webhooks:manage")
+    @blp.arguments(WebhookCreateSchema())
+    @blp.response(201, one(WebhookWithSecretSchema), description="Created; `secret` is shown this once.",
+                  headers={"Location": {"schema": {"type": "string"}}})
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data):
+        """Register a webhook; its signing secret is shown once"""
+        hook, secret = create_webhook(caller().workspace.id, data, settings())
+        shows_secret()
+        return json_response({"data": webhook_document(hook, secret, with_secret=True)}, 201,
+                             {"Location": f"{request.script_root}{blp.url_prefix}/{hook.public_id}"})
+
+
+@blp.route("/<webhook_id:public_id>")
+class WebhookResource(MethodView):
+    @requires("webhooks:manage")
+    @blp.response(200, one(WebhookSchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    def get(self, public_id):
+        """Read a webhook (never its secret)"""
+        return json_response({"data": webhook_document(_hook(public_id))})
+
+    @requires("webhooks:manage")
+    @blp.arguments(WebhookPatchSchema())
+    @blp.response(200, one(WebhookSchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def patch(self, changes, public_id):
+        """Change a webhook's URL, events, description or active flag"""
+        return json_response({"data": webhook_document(update_webhook(_hook(public_id), changes, settings()))})
+
+    @requires("webhooks:manage")
+    @blp.response(204)
+    @blp.alt_response(404, response="NOT_FOUND")
+    def delete(self, public_id):
+        """Delete a webhook and its deliveries"""
+        delete_webhook(_hook(public_id))
+        return Response(status=204)
+
+
+@blp.route("/<webhook_id:public_id>/rotate-secret")
+class WebhookRotation(MethodView):
+    @requires("webhooks:manage")
+    @blp.response(200, one(WebhookWithSecretSchema), description="The new `secret`, shown this once.")
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    def post(self, public_id):
+        """Rotate the signing secret (the previous one also signs for 24 hours)"""
+        hook = _hook(public_id)
+        secret = rotate_secret(hook, settings())
+        shows_secret()
+        return json_response({"data": webhook_document(hook, secret, with_secret=True)})
+
+
+@blp.route("/<webhook_id:public_id>/test")
+class WebhookTest(MethodView):
+    @requires("webhooks:manage")
+    @blp.response(202, one(DeliverySchema), description="The webhook.test delivery, due at once.")
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    def post(self, public_id):
+        """Send a webhook.test event to this webhook now"""
+        row, event = send_test(_hook(public_id))
+        return json_response({"data": delivery_document(row, event)}, 202)
+
+
+@blp.route("/<webhook_id:public_id>/deliveries")
+class WebhookDeliveries(MethodView):
+    @requires("webhooks:manage")
+    @blp.arguments(DeliveriesQuery(), location="query")
+    @blp.response(200, page_of(DeliverySchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, params, public_id):
+        """List a webhook's deliveries, newest first"""
+        rows, after = deliveries_page(_hook(public_id), params)
+        return json_response({"data": rows,
+                              "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(),
+                                                          after)},
+                              "meta": {"has_more": after is not None}})
+
+
+@blp.route("/<webhook_id:public_id>/deliveries/<delivery_id:delivery_id>/replay")
+class DeliveryReplay(MethodView):
+    @requires("webhooks:manage")
+    @blp.response(202, one(DeliverySchema), description="The delivery, due again at once.")
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    def post(self, public_id, delivery_id):
+        """Send a delivery again as its next attempt (same webhook-id, new timestamp)"""
+        hook = _hook(public_id)
+        row, event = delivery_or_404(hook, delivery_id)
+        return json_response({"data": delivery_document(replay(row, hook), event)}, 202)
