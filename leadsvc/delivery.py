@@ -77,8 +77,8 @@ def is_public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def resolve(parts: SplitResult, settings: dict[str, Any]) -> str:
-    """The one address to connect to, after checking every address the host resolves to."""
+def resolve(parts: SplitResult, settings: dict[str, Any]) -> list[str]:
+    """The addresses to connect to, each checked: all that the host resolves to, in order."""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
@@ -90,7 +90,7 @@ def resolve(parts: SplitResult, settings: dict[str, Any]) -> str:
         if private:
             raise Refused(f"{parts.hostname} resolves to {', '.join(private)}: loopback, private, link-local and "
                           "multicast destinations are refused (webhooks.allow_private_networks).")
-    return addresses[0]
+    return addresses
 
 
 def check_destination(url: str, settings: dict[str, Any]) -> None:
@@ -100,29 +100,41 @@ def check_destination(url: str, settings: dict[str, Any]) -> None:
 
 # --- sending ---------------------------------------------------------------------------------
 
-class PinnedHTTPConnection(http.client.HTTPConnection):
-    """An HTTP connection to one checked address; `Host` still names the URL's host."""
+def connect_to(addresses: tuple[str, ...], port: int, timeout: float) -> socket.socket:
+    """A TCP connection to the first of the checked addresses that answers (never a new lookup)."""
+    error: OSError = ConnectionRefusedError("no address")
+    for address in addresses:
+        try:
+            sock = socket.create_connection((address, port), timeout)
+        except OSError as exc:
+            error = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise error
 
-    def __init__(self, host: str, port: int, address: str, timeout: float):
+
+class PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to checked addresses; `Host` still names the URL's host."""
+
+    def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float):
         super().__init__(host, port, timeout=timeout)
-        self.address = address
+        self.addresses = addresses
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self.address, self.port), self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = connect_to(self.addresses, self.port, self.timeout)
 
 
 class PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection to one checked address, verifying the certificate of the URL's host (SNI)."""
+    """An HTTPS connection to checked addresses, verifying the certificate of the URL's host (SNI)."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float, tls: ssl.SSLContext):
+    def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float, tls: ssl.SSLContext):
         super().__init__(host, port, timeout=timeout, context=tls)
-        self.address, self.tls = address, tls
+        self.addresses, self.tls = addresses, tls
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.address, self.port), self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+        self.sock = self.tls.wrap_socket(connect_to(self.addresses, self.port, self.timeout),
+                                         server_hostname=self.host)
 
 
 @dataclass
@@ -154,11 +166,11 @@ class Sender:
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
         try:
             parts = check_url(url, self.settings)
-            address = resolve(parts, self.settings)
+            addresses = tuple(resolve(parts, self.settings))
         except Refused as exc:
             return Answer(error=str(exc))
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        key = (parts.scheme, parts.hostname, port, address)
+        key = (parts.scheme, parts.hostname, port, addresses)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         reused = self._take(key)
         connection = reused or self._connect(key)
@@ -199,11 +211,11 @@ class Sender:
                       retry_after=retry_after(response.getheader("Retry-After")))
 
     def _connect(self, key: tuple) -> http.client.HTTPConnection:
-        scheme, host, port, address = key
+        scheme, host, port, addresses = key
         timeout = self.settings["timeout"]
         if scheme == "https":
-            return PinnedHTTPSConnection(host, port, address, timeout, self.tls)
-        return PinnedHTTPConnection(host, port, address, timeout)
+            return PinnedHTTPSConnection(host, port, addresses, timeout, self.tls)
+        return PinnedHTTPConnection(host, port, addresses, timeout)
 
     def _take(self, key: tuple) -> http.client.HTTPConnection | None:
         with self.lock:
@@ -392,7 +404,9 @@ class Deliverer:
             delivery.last_response = answer.body
             delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
             hook = for_update(Webhook.select().where(Webhook.id == delivery.webhook_id)).first()
-            if ok:
+            if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled
+                delivery.state, delivery.next_attempt_at = "dead", None
+            elif ok:
                 delivery.state, delivery.next_attempt_at = "succeeded", None
                 if hook.failing_since is not None:
                     Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()

@@ -1,0 +1,515 @@
+"""Events and webhooks (DESIGN section 14): registration, events from every change path, signatures
+checked as a receiver checks them, the retry schedule on an injected clock, the deliveries log,
+replay, and where deliveries may go. Receivers are real HTTP servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from standardwebhooks import WebhookVerificationError
+
+from conftest import WEBHOOK_SECRET_KEY, lead_body, new_phone
+from leadsvc.auth import check_grant
+from leadsvc.delivery import SCHEDULE, Deliverer, Refused, check_destination
+from leadsvc.models import Delivery, Event, Webhook, Workspace, utcnow
+from receiver import Receiver
+from served import wait_until
+
+ALL_ALLOWED = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
+
+
+class Clock:
+    """The deliverer's clock, moved by the test instead of waiting for minutes and days."""
+
+    def __init__(self):
+        # A minute ahead: what the requests of the test just wrote is due (and the signatures'
+        # timestamps stay within a receiver's tolerance).
+        self.now = utcnow() + timedelta(minutes=1)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, **delta):
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def receiver():
+    with Receiver() as running:
+        yield running
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def deliverer(app, clock):
+    """A deliverer on the test's clock, without jitter (rng 0.5 is the middle of the +-20%)."""
+    # The run's tests share a database: what earlier tests left scheduled is not this test's.
+    Delivery.update(next_attempt_at=None).execute()
+    return Deliverer(app.config["LEADSVC"], version="test", metrics=app.extensions["leadsvc.metrics"],
+                     clock=clock, rng=lambda: 0.5)
+
+
+def register(client, ws, url, events=("*",), expect=201, **fields):
+    response = client.post("/api/v1/webhooks", json={"url": url, "events": list(events), **fields},
+                           headers=ws.headers())
+    assert response.status_code == expect, response.get_json()
+    return response.json["data"] if expect == 201 else response.json
+
+
+def deliveries_of(hook_id: str) -> list[Delivery]:
+    return list(Delivery.select().join(Webhook).where(Webhook.public_id == hook_id).order_by(Delivery.id))
+
+
+# --- registration ------------------------------------------------------------------------------
+
+def test_a_webhook_secret_is_shown_once_and_never_stored(client, ws, receiver):
+    hook = register(client, ws, receiver.url, ["lead.created"], description="CRM sync")
+    assert hook["secret"].startswith("whsec_") and hook["active"] is True and hook["disabled_reason"] is None
+    assert hook["events"] == ["lead.created"] and hook["description"] == "CRM sync"
+    read = client.get(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).json["data"]
+    listed = client.get("/api/v1/webhooks", headers=ws.headers()).json["data"]
+    assert "secret" not in read and [h["id"] for h in listed] == [hook["id"]] and "secret" not in listed[0]
+    row = Webhook.get(Webhook.public_id == hook["id"])
+    stored = json.dumps([getattr(row, field.name) for field in Webhook._meta.sorted_fields], default=str)
+    assert hook["secret"].removeprefix("whsec_") not in stored
+
+
+def test_a_replayed_registration_does_not_show_the_secret_again(client, ws, receiver):
+    headers = {**ws.headers(), "Idempotency-Key": "register-once"}
+    body = {"url": receiver.url, "events": ["*"]}
+    first = client.post("/api/v1/webhooks", json=body, headers=headers)
+    again = client.post("/api/v1/webhooks", json=body, headers=headers)
+    assert first.json["data"]["secret"].startswith("whsec_")
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json["data"]["secret"] is None
+    assert again.json["data"]["id"] == first.json["data"]["id"]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"url": "https://example.com/h"}, "events"),
+    ({"events": ["*"]}, "url"),
+    ({"url": "https://example.com/h", "events": ["lead.created", "*"]}, "events"),
+    ({"url": "https://example.com/h", "events": ["lead.exploded"]}, "events.0"),
+    ({"url": "https://example.com/h", "events": []}, "events"),
+    ({"url": "ftp://example.com/h", "events": ["*"]}, "url"),
+    ({"url": "https://user:pw@example.com/h", "events": ["*"]}, "url"),
+    ({"url": "https://example.com/h", "events": ["*"], "secret": "mine"}, "secret"),
+])
+def test_registration_rejects_bad_input_with_422(client, ws, body, field):
+    response = client.post("/api/v1/webhooks", json=body, headers=ws.headers())
+    assert response.status_code == 422 and field in response.json["errors"], response.json
+    assert Webhook.select().join(Workspace).where(Workspace.public_id == ws.public_id).count() == 0
+
+
+@pytest.mark.parametrize("url", [
+    "http://example.com/hook",              # not https
+    "https://127.0.0.1/hook", "https://localhost/hook", "https://[::1]/hook",
+    "https://10.1.2.3/hook", "https://192.168.0.10/hook", "https://172.16.5.4/hook",
+    "https://169.254.169.254/latest/meta-data", "https://[fe80::1]/hook", "https://224.0.0.1/hook",
+    "https://[::ffff:127.0.0.1]/hook", "https://0.0.0.0/hook",
+])
+def test_only_https_to_public_addresses_unless_configured(make_app, ws, url):
+    strict = make_app(webhooks={"secret_key": WEBHOOK_SECRET_KEY, "allow_http": False, "allow_private_networks": False})
+    response = strict.test_client().post("/api/v1/webhooks", json={"url": url, "events": ["*"]}, headers=ws.headers())
+    assert response.status_code == 422 and "url" in response.json["errors"], response.json
+
+
+def test_the_destination_check_allows_what_is_configured():
+    check_destination("https://93.184.215.14/hook", {"allow_http": False, "allow_private_networks": False})
+    check_destination("http://127.0.0.1:9/hook", {"allow_http": True, "allow_private_networks": True})
+    with pytest.raises(Refused, match="does not resolve"):
+        check_destination("https://no-such-host.invalid/hook", {"allow_http": False, "allow_private_networks": False})
+
+
+def test_without_a_secret_key_webhooks_are_refused(make_app, ws, receiver):
+    keyless = make_app(webhooks={"secret_key": ""})
+    response = keyless.test_client().post("/api/v1/webhooks", json={"url": receiver.url, "events": ["*"]},
+                                          headers=ws.headers())
+    assert response.status_code == 409 and "webhooks.secret_key" in response.json["detail"]
+
+
+def test_only_admins_hold_webhooks_manage(client, ws):
+    for email in ("nmgr@t.test", "n1@t.test"):
+        response = client.get("/api/v1/webhooks", headers=ws.headers(email))
+        assert response.status_code == 403, email
+    with pytest.raises(ValueError, match="Managers cannot hold webhooks:manage"):
+        check_grant("manager", ["webhooks:manage"])
+    assert client.get("/api/v1/webhooks", headers=ws.headers("admin@t.test", ("webhooks:manage",))).status_code == 200
+
+
+def test_a_webhook_of_another_workspace_is_404(client, ws, other_ws, receiver):
+    hook = register(client, ws, receiver.url)
+    for method, path in (("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/test"), ("POST", "/rotate-secret"),
+                         ("GET", "/deliveries")):
+        response = client.open(f"/api/v1/webhooks/{hook['id']}{path}", method=method,
+                               json={} if method == "PATCH" else None, headers=other_ws.headers())
+        assert response.status_code == 404, (method, path)
+
+
+def test_patch_and_delete(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["lead.created"])
+    changed = client.patch(f"/api/v1/webhooks/{hook['id']}", json={"events": ["lead.updated"], "description": "x"},
+                           headers=ws.headers())
+    assert changed.status_code == 200 and changed.json["data"]["events"] == ["lead.updated"]
+    client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+    assert deliveries_of(hook["id"]) == [], "no longer subscribed to lead.created"
+    assert client.delete(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).status_code == 204
+    assert client.get(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).status_code == 404
+
+
+# --- events from every change path ---------------------------------------------------------------
+
+def test_every_change_path_sends_its_event_signed(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url)
+    headers = ws.headers()
+    lead = client.post("/api/v1/leads", json=lead_body(ws, email="asha@example.com"), headers=headers).json["data"]
+    client.post("/api/v1/leads", json={"email": "asha@example.com"}, headers=headers)
+    client.patch(f"/api/v1/leads/{lead['id']}", json={"first_name": "Usha", "owner": ws.ids.members["n2@t.test"]},
+                 headers=headers)
+    client.post(f"/api/v1/leads/{lead['id']}/status", json={"status": ws.ids.statuses["Contacted"]}, headers=headers)
+    client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "Wants a villa"}, headers=headers)
+    client.post(f"/api/v1/leads/{lead['id']}/activities", json={"kind": "call", "summary": "Called"}, headers=headers)
+    assert deliverer.deliver_due() == 7
+
+    received = {request.event["type"]: request for request in receiver.received}
+    assert list(received) == ["lead.created", "lead.duplicate_submitted", "lead.updated", "lead.assigned",
+                              "lead.status_changed", "lead.note_added", "lead.activity_logged"]
+    for event_type, request in received.items():
+        body = request.verified(hook["secret"])   # raises unless signed with the webhook's secret
+        assert body["type"] == event_type and body["data"]["lead"]["id"] == lead["id"]
+        assert request.headers["webhook-id"].startswith("evt_")
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["user-agent"] == "leadsvc/test"
+    data = {event_type: request.event["data"] for event_type, request in received.items()}
+    assert data["lead.created"]["lead"] == lead, "the lead as the admin read it"
+    assert data["lead.created"]["routing"]["owner"]["id"] == lead["owner"]["id"]
+    assert data["lead.duplicate_submitted"]["matched_on"] == ["email"]
+    assert data["lead.updated"]["changes"] == {"first_name": {"old": "Asha", "new": "Usha"},
+                                               "owner": {"old": lead["owner"]["id"], "new": ws.ids.members["n2@t.test"]}}
+    assert data["lead.assigned"]["from"]["id"] == lead["owner"]["id"]
+    assert data["lead.assigned"]["to"]["id"] == ws.ids.members["n2@t.test"]
+    assert data["lead.assigned"]["reason"]["strategy"] == "manual"
+    moved = data["lead.status_changed"]
+    assert moved["from"]["name"] == "New" and moved["to"]["name"] == "Contacted"
+    assert moved["transition"]["to"]["id"] == ws.ids.statuses["Contacted"]
+    assert data["lead.note_added"]["note"]["body"] == "Wants a villa"
+    assert data["lead.activity_logged"]["activity"]["kind"] == "call"
+    with pytest.raises(WebhookVerificationError):
+        receiver.received[0].verified("whsec_" + "A" * 43 + "=")
+
+
+def test_web_forms_and_csv_import_send_lead_created(client, make_workspace, receiver, deliverer, run_cli, tmp_path):
+    def with_form(data):
+        data["forms"] = [{"name": "Enquiry", "source": "Website", "allowed_origins": ["https://acme.test"]}]
+    tenant = make_workspace(with_form)
+    register(client, tenant, receiver.url, ["lead.created"])
+    form = tenant.ids.forms["Enquiry"]
+    submitted = client.post(f"/api/v1/forms/{form}/submissions", json={"first_name": "Form", "phone": new_phone()},
+                            headers={"Origin": "https://acme.test"})
+    assert submitted.status_code == 201, submitted.json
+    csv_file = tmp_path / "leads.csv"
+    csv_file.write_text(f"first_name,phone\nImported,{new_phone()}\n")
+    assert run_cli("import", str(csv_file), "--workspace", tenant.public_id).exit_code == 0
+    deliverer.deliver_due()
+    names = sorted(event["data"]["lead"]["contact"]["first_name"] for event in receiver.of_type("lead.created"))
+    assert names == ["Form", "Imported"]
+
+
+def test_with_no_webhook_subscribed_a_change_writes_no_event(client, ws, receiver):
+    register(client, ws, receiver.url, ["lead.note_added"])
+    lead = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).json["data"]
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    assert Event.select().where(Event.workspace == workspace.id).count() == 0
+    client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "n"}, headers=ws.headers())
+    assert [e.type for e in Event.select().where(Event.workspace == workspace.id)] == ["lead.note_added"]
+
+
+def test_a_change_that_rolls_back_sends_nothing(client, ws, receiver, deliverer, monkeypatch, app):
+    from leadsvc import events, pipeline
+
+    register(client, ws, receiver.url)
+    original = events.record
+
+    def record_then_fail(*args, **kwargs):
+        original(*args, **kwargs)
+        raise RuntimeError("the change fails after its event was written")
+
+    monkeypatch.setattr(pipeline.events, "record", record_then_fail)
+    app.config["PROPAGATE_EXCEPTIONS"] = False
+    try:
+        response = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+    finally:
+        app.config["PROPAGATE_EXCEPTIONS"] = None
+    assert response.status_code == 500
+    monkeypatch.undo()
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    assert Event.select().where(Event.workspace == workspace.id).count() == 0
+    assert deliverer.deliver_due() == 0 and receiver.received == []
+    assert Delivery.select().count() == Delivery.select().where(Delivery.next_attempt_at.is_null()).count()
+
+
+def test_a_webhook_receives_only_events_after_it_was_created(client, ws, receiver, deliverer):
+    client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+    register(client, ws, receiver.url)
+    client.post("/api/v1/leads", json=lead_body(ws, first_name="After"), headers=ws.headers())
+    deliverer.deliver_due()
+    assert [e["data"]["lead"]["contact"]["first_name"] for e in receiver.events()] == ["After"]
+
+
+def test_the_delivery_thread_sends_right_after_the_commit(app, client, ws, receiver):
+    hook = register(client, ws, receiver.url)
+    running = Deliverer(app.config["LEADSVC"], version="test").start()
+    try:
+        lead = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).json["data"]
+        wait_until(lambda: receiver.received, 30, "the event delivered by the background thread")
+        assert receiver.received[0].verified(hook["secret"])["data"]["lead"]["id"] == lead["id"]
+    finally:
+        running.stop()
+
+
+# --- signatures and rotation ----------------------------------------------------------------------
+
+def test_after_a_rotation_both_secrets_sign_for_24_hours(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    rotated = client.post(f"/api/v1/webhooks/{hook['id']}/rotate-secret", headers=ws.headers())
+    assert rotated.status_code == 200
+    new = rotated.json["data"]["secret"]
+    assert new.startswith("whsec_") and new != hook["secret"]
+    row = Webhook.get(Webhook.public_id == hook["id"])
+    assert abs(row.previous_expires_at - (utcnow() + timedelta(hours=24))) < timedelta(minutes=1)
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    deliverer.deliver_due()
+    both = receiver.received[-1]
+    assert len(both.headers["webhook-signature"].split(" ")) == 2
+    both.verified(hook["secret"])
+    both.verified(new)
+
+    # 24 hours later the previous secret no longer signs.
+    Webhook.update(previous_expires_at=utcnow() - timedelta(seconds=1)).where(Webhook.id == row.id).execute()
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    deliverer.deliver_due()
+    later = receiver.received[-1]
+    assert len(later.headers["webhook-signature"].split(" ")) == 1
+    later.verified(new)
+    with pytest.raises(WebhookVerificationError):
+        later.verified(hook["secret"])
+
+
+def test_the_test_endpoint_sends_webhook_test_whatever_the_subscription(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["lead.created"])
+    response = client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    assert response.status_code == 202 and response.json["data"]["event"]["type"] == "webhook.test"
+    assert response.json["data"]["state"] == "pending"
+    deliverer.deliver_due()
+    assert receiver.received[0].verified(hook["secret"])["data"]["webhook"]["id"] == hook["id"]
+
+
+# --- retries, disabling, the log and replay ------------------------------------------------------
+
+def answering(*answers):
+    """A receiver's answers in turn (the last one repeats)."""
+    queue = list(answers)
+
+    def respond(request):
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+    return respond
+
+
+def test_failures_are_retried_on_the_schedule_then_dead(client, ws, deliverer, clock):
+    with Receiver(answering((500, {}, b"boom"))) as failing:
+        hook = register(client, ws, failing.url, ["webhook.test"])
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        for step, delay in enumerate(SCHEDULE, start=1):
+            assert deliverer.deliver_due() == 1
+            row = deliveries_of(hook["id"])[0]
+            assert row.state == "failed" and row.attempts == step and row.last_status == 500
+            assert row.last_response == "boom"
+            assert row.next_attempt_at == clock.now + timedelta(seconds=delay), "rng 0.5: no jitter"
+            clock.advance(seconds=delay - 1)
+            assert deliverer.deliver_due() == 0, "not before it is due"
+            clock.advance(seconds=1)
+        assert deliverer.deliver_due() == 1
+        row = deliveries_of(hook["id"])[0]
+        assert row.state == "dead" and row.attempts == len(SCHEDULE) + 1 and row.next_attempt_at is None
+        ids = {request.headers["webhook-id"] for request in failing.received}
+        assert len(failing.received) == len(SCHEDULE) + 1 and len(ids) == 1, "the same webhook-id on every attempt"
+
+
+def test_the_schedule_jitters_by_at_most_20_percent(app, client, ws, clock):
+    with Receiver(answering((500, {}, b""))) as failing:
+        hook = register(client, ws, failing.url, ["webhook.test"])
+        for rng, factor in ((lambda: 0.0, 0.8), (lambda: 1.0, 1.2)):
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            Deliverer(app.config["LEADSVC"], version="test", clock=clock, rng=rng).deliver_due()
+            row = deliveries_of(hook["id"])[-1]
+            assert row.next_attempt_at == clock.now + timedelta(seconds=SCHEDULE[0] * factor)
+
+
+def test_retry_after_on_429_and_503_is_honoured(client, ws, deliverer, clock):
+    with Receiver(answering((429, {"Retry-After": "120"}, b""), (503, {"Retry-After": "7"}, b""), (204, {}, b""))) as busy:
+        hook = register(client, ws, busy.url, ["webhook.test"])
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        deliverer.deliver_due()
+        assert deliveries_of(hook["id"])[0].next_attempt_at == clock.now + timedelta(seconds=120)
+        clock.advance(seconds=120)
+        deliverer.deliver_due()
+        assert deliveries_of(hook["id"])[0].next_attempt_at == clock.now + timedelta(seconds=7)
+        clock.advance(seconds=7)
+        deliverer.deliver_due()
+        assert deliveries_of(hook["id"])[0].state == "succeeded"
+
+
+def test_redirects_are_not_followed(client, ws, deliverer):
+    with Receiver() as target:
+        with Receiver(answering((302, {"Location": target.url}, b""))) as redirecting:
+            hook = register(client, ws, redirecting.url, ["webhook.test"])
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            deliverer.deliver_due()
+            row = deliveries_of(hook["id"])[0]
+            assert row.state == "failed" and row.last_status == 302
+            assert len(redirecting.received) == 1 and target.received == []
+
+
+def test_410_disables_the_webhook(client, ws, deliverer):
+    with Receiver(answering((500, {}, b""), (410, {}, b"gone"))) as gone:
+        hook = register(client, ws, gone.url, ["webhook.test"])
+        for _ in range(2):   # the first fails and is scheduled again; the second gets the 410
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            deliverer.deliver_due()
+        read = client.get(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).json["data"]
+        assert read["active"] is False and "410" in read["disabled_reason"]
+        assert [row.state for row in deliveries_of(hook["id"])] == ["dead", "dead"]
+        again = client.patch(f"/api/v1/webhooks/{hook['id']}", json={"active": True}, headers=ws.headers())
+        assert again.json["data"]["active"] is True and again.json["data"]["disabled_reason"] is None
+
+
+def test_three_days_of_failures_disable_the_webhook(client, ws, deliverer, clock):
+    with Receiver(answering((500, {}, b""))) as failing:
+        hook = register(client, ws, failing.url, ["webhook.test"])
+        for hours in (0, 30, 30, 11):
+            clock.advance(hours=hours)
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            deliverer.deliver_due()
+        read = client.get(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).json["data"]
+        assert read["active"] is True, "71 hours of failures"
+        clock.advance(hours=1)
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        deliverer.deliver_due()
+        read = client.get(f"/api/v1/webhooks/{hook['id']}", headers=ws.headers()).json["data"]
+        assert read["active"] is False and "3 days" in read["disabled_reason"]
+        assert {row.state for row in deliveries_of(hook["id"])} == {"dead"}
+
+
+def test_a_success_restarts_the_three_days(client, ws, deliverer, clock):
+    with Receiver() as flaky:
+        hook = register(client, ws, flaky.url, ["webhook.test"])
+        for hours, status in ((0, 500), (40, 204), (40, 500), (39, 500)):
+            clock.advance(hours=hours)
+            flaky.respond = answering((status, {}, b""))
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            deliverer.deliver_due()
+        assert Webhook.get(Webhook.public_id == hook["id"]).active is True, "119 hours, but 39 since the success"
+
+
+def test_the_deliveries_log_is_newest_first_with_state_filter_and_cursor(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    sent = [client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers()).json["data"]["id"]
+            for _ in range(3)]
+    first = client.get(f"/api/v1/webhooks/{hook['id']}/deliveries?page[size]=2", headers=ws.headers())
+    assert first.status_code == 200 and first.json["meta"]["has_more"] is True
+    rest = client.get(first.json["links"]["next"], headers=ws.headers())
+    assert [d["id"] for d in first.json["data"] + rest.json["data"]] == sent[::-1]
+    deliverer.deliver_due()
+    done = client.get(f"/api/v1/webhooks/{hook['id']}/deliveries?filter[state]=succeeded", headers=ws.headers())
+    assert {d["state"] for d in done.json["data"]} == {"succeeded"}
+    assert client.get(f"/api/v1/webhooks/{hook['id']}/deliveries?filter[state]=lost",
+                      headers=ws.headers()).status_code == 422
+
+
+def test_a_replay_is_the_same_delivery_as_its_next_attempt(client, ws, receiver, deliverer, clock):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    deliverer.deliver_due()
+    row = deliveries_of(hook["id"])[0]
+    clock.advance(seconds=30)
+    replayed = client.post(f"/api/v1/webhooks/{hook['id']}/deliveries/{row.public_id}/replay", headers=ws.headers())
+    assert replayed.status_code == 202 and replayed.json["data"]["id"] == row.public_id
+    deliverer.deliver_due()
+    first, second = receiver.received
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    assert int(second.headers["webhook-timestamp"]) == int(first.headers["webhook-timestamp"]) + 30
+    assert first.body == second.body
+    assert deliveries_of(hook["id"])[0].attempts == 2
+    assert client.post(f"/api/v1/webhooks/{hook['id']}/deliveries/dlv_{'x' * 20}/replay",
+                       headers=ws.headers()).status_code == 404
+
+
+def test_deactivating_gives_up_scheduled_deliveries(client, ws, deliverer):
+    with Receiver(answering((500, {}, b""))) as failing:
+        hook = register(client, ws, failing.url, ["webhook.test"])
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        deliverer.deliver_due()
+        client.patch(f"/api/v1/webhooks/{hook['id']}", json={"active": False}, headers=ws.headers())
+        assert [row.state for row in deliveries_of(hook["id"])] == ["dead"]
+        assert client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers()).status_code == 409
+
+
+# --- where deliveries go --------------------------------------------------------------------------
+
+def test_the_destination_is_checked_again_at_each_send(client, ws, receiver, app, clock):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    settings = {**app.config["LEADSVC"], "webhooks": {**app.config["LEADSVC"]["webhooks"],
+                                                      "allow_private_networks": False}}
+    Deliverer(settings, version="test", clock=clock).deliver_due()
+    row = deliveries_of(hook["id"])[0]
+    assert row.state == "failed" and "127.0.0.1" in row.last_error and receiver.received == []
+
+
+def test_the_connection_goes_to_the_checked_address_with_the_host_name(client, ws, receiver, deliverer):
+    port = receiver.url.split(":")[2].split("/")[0]
+    hook = register(client, ws, f"http://localhost:{port}/hook?source=leadsvc", ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    deliverer.deliver_due()
+    assert receiver.received[0].headers["host"] == f"localhost:{port}"
+    assert receiver.received[0].path == "/hook?source=leadsvc"
+
+
+# --- metrics and the command line -----------------------------------------------------------------
+
+def test_metrics_count_deliveries_backlog_and_lag(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    assert "leadsvc_webhook_backlog 1" in client.get("/metrics").get_data(as_text=True)
+    deliverer.deliver_due()
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'leadsvc_webhook_deliveries_total{outcome="succeeded"}' in text
+    assert "leadsvc_webhook_backlog 0" in text
+    count = next(line for line in text.splitlines() if line.startswith("leadsvc_webhook_lag_seconds_count"))
+    assert int(count.split()[1]) >= 1
+
+
+def test_the_webhooks_commands(run_cli, client, ws, receiver, deliverer):
+    created = run_cli("webhooks", "create", "--workspace", ws.public_id, "--url", receiver.url,
+                      "--events", "webhook.test,lead.created", "--json")
+    assert created.exit_code == 0, created.output
+    hook = json.loads(created.output)
+    assert hook["secret"].startswith("whsec_") and hook["events"] == ["webhook.test", "lead.created"]
+    listed = json.loads(run_cli("webhooks", "list", "--workspace", ws.public_id, "--json").output)
+    assert [h["id"] for h in listed["webhooks"]] == [hook["id"]] and "secret" not in listed["webhooks"][0]
+    client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+    deliverer.deliver_due()
+    log = json.loads(run_cli("webhooks", "deliveries", hook["id"], "--json").output)["deliveries"]
+    assert [d["state"] for d in log] == ["succeeded"]
+    replayed = run_cli("webhooks", "replay", hook["id"], log[0]["id"])
+    assert replayed.exit_code == 0 and deliverer.deliver_due() == 1 and len(receiver.received) == 2
+    receiver.received[1].verified(hook["secret"])
+    bad = run_cli("webhooks", "create", "--workspace", ws.public_id, "--url", "ftp://x", "--events", "*")
+    assert bad.exit_code == 1 and "url" in bad.output
+    assert run_cli("webhooks", "delete", hook["id"]).exit_code == 0
+    assert "No webhooks." in run_cli("webhooks", "list", "--workspace", ws.public_id).output
