@@ -62,8 +62,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "secret_key": "",
         "deliver_in_serve": True,
         "timeout": 10,
-        "senders": 8,
-        "poll_interval_ms": 250,
         "allow_http": False,
         "allow_private_networks": False,
     },
@@ -226,9 +224,8 @@ def _check(settings: Settings) -> None:
     if hooks["secret_key"] and len(hooks["secret_key"]) < MIN_SECRET_KEY:
         raise ConfigError(f"webhooks.secret_key must be at least {MIN_SECRET_KEY} characters (random ones), "
                           "or empty to refuse webhooks.")
-    for key in ("timeout", "senders", "poll_interval_ms"):
-        if hooks[key] <= 0:
-            raise ConfigError(f"webhooks.{key} must be positive.")
+    if hooks["timeout"] <= 0:
+        raise ConfigError("webhooks.timeout must be positive.")
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

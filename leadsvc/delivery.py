@@ -43,6 +43,10 @@ DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in betwee
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
 USER_AGENT = "leadsvc/{version}"
+SENDERS = 8            # attempts a delivering process makes at once, each on its own thread and connection
+# How often a delivering process looks for deliveries that other processes wrote (its own commits
+# wake it at once).
+POLL_SECONDS = 0.25
 
 
 class Refused(Exception):
@@ -269,7 +273,7 @@ class Claimed:
 
 
 class Deliverer:
-    """Claims due deliveries and sends them on `webhooks.senders` threads until stopped."""
+    """Claims due deliveries and sends them on SENDERS threads until stopped."""
 
     def __init__(self, settings: dict[str, Any], *, version: str, metrics: Any = None,
                  clock: Callable[[], datetime] = utcnow, rng: Callable[[], float] = random.random):
@@ -278,10 +282,10 @@ class Deliverer:
         self.clock, self.rng = clock, rng
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
-        self.senders = self.settings["senders"]
+        self.senders = SENDERS
         # An attempt's claim outlasts anything it can take (a connect and a read, each up to the timeout).
         self.lease = timedelta(seconds=3 * self.settings["timeout"] + 30)
-        self.poll = self.settings["poll_interval_ms"] / 1000
+        self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
         self.in_flight = 0

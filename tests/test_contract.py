@@ -95,7 +95,8 @@ def test_environment_beats_the_file_and_explicit_overrides_beat_both(tmp_path):
 
 VALID_STRINGS = {"level": "DEBUG", "docs_url": "https://docs.example.com/leadsvc", "per_token": "5/second",
                  "per_ip": "1/second", "forms": "2 per hour", "storage": "redis://127.0.0.1:6379/0",
-                 "url": "postgresql://app@db.internal:5432/leadsvc", "format": "json", "allow_from": "10.0.0.0/8"}
+                 "url": "postgresql://app@db.internal:5432/leadsvc", "format": "json", "allow_from": "10.0.0.0/8",
+                 "secret_key": "k" * 32}
 
 
 def changed(key, value):
@@ -125,6 +126,8 @@ def test_booleans_from_the_environment(raw, expected):
 
 @pytest.mark.parametrize("name, raw, message", [
     ("LEADSVC_SERVER_PORT", "eighty", "LEADSVC_SERVER_PORT must be a whole number, not 'eighty'"),
+    ("LEADSVC_WEBHOOKS_SECRET_KEY", "short", "webhooks.secret_key must be at least 32 characters"),
+    ("LEADSVC_WEBHOOKS_TIMEOUT", "0", "webhooks.timeout must be positive"),
     ("LEADSVC_SERVER_PORT", "80.5", "LEADSVC_SERVER_PORT must be a whole number"),
     ("LEADSVC_RATE_LIMITS_ENABLED", "maybe", "LEADSVC_RATE_LIMITS_ENABLED must be true or false"),
     ("LEADSVC_SCORING_HOT", "", "LEADSVC_SCORING_HOT must be a whole number"),

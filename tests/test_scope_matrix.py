@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 
 from conftest import ROLE_EMAILS, Tenant, standard_setup
-from leadsvc.auth import ABILITIES, AGENT_EXCLUDED, issue_token, revoke_token
+from leadsvc.auth import ABILITIES, ADMIN_ONLY, AGENT_EXCLUDED, issue_token, revoke_token
 from leadsvc.db import database, make_database
 from leadsvc.models import Lead, Member, Workspace
 from leadsvc.provision import apply_setup, parse_setup
@@ -47,6 +47,10 @@ class Endpoint:
     def addresses_a_lead(self) -> bool:
         return "{lead}" in self.path
 
+    @property
+    def addresses_a_webhook(self) -> bool:
+        return "{webhook}" in self.path
+
 
 ENDPOINTS = [
     Endpoint("GET", "/api/v1/leads", "leads:read", shows="leads"),
@@ -70,7 +74,20 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/members", None, shows="reference"),
     Endpoint("GET", "/api/v1/teams", None, shows="reference"),
     Endpoint("GET", "/api/v1/custom-fields", None, shows="reference"),
+    Endpoint("GET", "/api/v1/webhooks", "webhooks:manage", shows="other"),
+    Endpoint("POST", "/api/v1/webhooks", "webhooks:manage", lambda t: {"url": MATRIX_HOOK, "events": ["*"]},
+             success=201, shows="other"),
+    Endpoint("GET", "/api/v1/webhooks/{webhook}", "webhooks:manage", shows="other"),
+    Endpoint("PATCH", "/api/v1/webhooks/{webhook}", "webhooks:manage", lambda t: {"description": "Matrix"},
+             shows="other"),
+    Endpoint("DELETE", "/api/v1/webhooks/{webhook}", "webhooks:manage", success=204, shows="other"),
+    Endpoint("POST", "/api/v1/webhooks/{webhook}/rotate-secret", "webhooks:manage", shows="other"),
+    Endpoint("POST", "/api/v1/webhooks/{webhook}/test", "webhooks:manage", success=202, shows="other"),
+    Endpoint("GET", "/api/v1/webhooks/{webhook}/deliveries", "webhooks:manage", shows="other"),
+    Endpoint("POST", "/api/v1/webhooks/{webhook}/deliveries/{delivery}/replay", "webhooks:manage", success=202,
+             shows="other"),
 ]
+MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
 
 CALLERS = ["admin", "manager", "agent", "lacking", "revoked", "foreign"]
 TARGETS = {"team": "n1@t.test", "other_team": "s1@t.test"}   # who owns the lead a row addresses
@@ -87,9 +104,12 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
     """The documented answer: 401, then 403, then 404 outside the scope."""
     if caller == "revoked":
         return 401
-    if endpoint.ability and (caller == "lacking" or (caller == "agent" and endpoint.ability in AGENT_EXCLUDED)):
+    if endpoint.ability and (caller == "lacking" or (caller == "agent" and endpoint.ability in AGENT_EXCLUDED)
+                             or (caller in ("manager", "agent") and endpoint.ability in ADMIN_ONLY)):
         return 403
     if endpoint.addresses_a_lead and (caller == "foreign" or (target == "other_team" and caller != "admin")):
+        return 404
+    if endpoint.addresses_a_webhook and caller == "foreign":
         return 404
     return endpoint.success
 
@@ -99,6 +119,7 @@ class World:
     ws: Tenant
     other_ws: Tenant
     leads: dict[str, dict]           # target -> the lead document as its owner's admin sees it
+    webhook: dict | None = None      # the webhook a row addresses, with a delivery of it
 
     def headers(self, caller: str, endpoint: Endpoint) -> dict[str, str]:
         if caller in ROLE_EMAILS:
@@ -136,13 +157,20 @@ def world(request, client, tenants) -> World:
         moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members[owner]}, headers=admin)
         assert moved.status_code == 200
         leads[target] = moved.json["data"]
-    return World(ws, other_ws, leads)
+    webhook = None
+    if endpoint is not None and endpoint.addresses_a_webhook:
+        webhook = client.post("/api/v1/webhooks", json={"url": MATRIX_HOOK, "events": ["webhook.test"]},
+                              headers=admin).json["data"]
+        webhook["delivery"] = client.post(f"/api/v1/webhooks/{webhook['id']}/test", headers=admin).json["data"]["id"]
+    return World(ws, other_ws, leads, webhook)
 
 
 @pytest.mark.parametrize("endpoint, caller, target", list(cases()))
 def test_scope_matrix(client, world, endpoint, caller, target):
     lead = world.leads.get(target)
     path = endpoint.path.replace("{lead}", lead["id"]) if lead else endpoint.path
+    if world.webhook:
+        path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
     headers = world.headers(caller, endpoint)
     body = endpoint.body(world.ws) if endpoint.body else None
     response = client.open(path, method=endpoint.method, json=body, headers=headers)

@@ -513,3 +513,30 @@ def test_the_webhooks_commands(run_cli, client, ws, receiver, deliverer):
     assert bad.exit_code == 1 and "url" in bad.output
     assert run_cli("webhooks", "delete", hook["id"]).exit_code == 0
     assert "No webhooks." in run_cli("webhooks", "list", "--workspace", ws.public_id).output
+
+
+def test_the_example_receiver_accepts_only_signed_deliveries(client, ws, deliverer, monkeypatch):
+    """examples/webhook_receiver.py, which the README runs, mounted behind a real receiver's socket."""
+    import importlib.util
+    from pathlib import Path
+
+    hook = register(client, ws, "http://127.0.0.1:9/unused", ["webhook.test"])
+    monkeypatch.setenv("WEBHOOK_SECRET", hook["secret"])
+    path = Path(__file__).resolve().parent.parent / "examples" / "webhook_receiver.py"
+    spec = importlib.util.spec_from_file_location("webhook_receiver", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    forwarded = example.app.test_client()
+
+    def through_the_example(request):
+        answer = forwarded.post("/hooks/leadsvc", data=request.body, headers=request.headers)
+        return answer.status_code, {}, answer.get_data()
+
+    with Receiver(through_the_example) as receiver:
+        client.patch(f"/api/v1/webhooks/{hook['id']}", json={"url": receiver.url}, headers=ws.headers())
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        deliverer.deliver_due()
+        assert deliveries_of(hook["id"])[0].last_status == 204
+        forged = forwarded.post("/hooks/leadsvc", data=receiver.received[0].body,
+                                headers={**receiver.received[0].headers, "webhook-signature": "v1,Zm9yZ2Vk"})
+        assert forged.status_code == 400
