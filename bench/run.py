@@ -4,9 +4,12 @@ For each database: build (or reuse) a database of N synthetic leads in the demo 
 leadsvc under waitress with production settings and the baseline (bench/baseline.py) in their
 own processes, drive both with wrk from this one, and write the figures to bench/out/ and into
 bench/RESULTS.md between its markers. Targets are ratios to the baseline measured in the same
-run, so they hold on a noisy machine.
+run, so they hold on a noisy machine. Then webhooks, with a receiver in this process: the lag from
+commit to delivery of single creates on an idle server, and the rate at which a served process
+delivers a backlog of events (the API figures above are measured with no webhook registered).
 
     .venv/bin/python bench/run.py [--leads 1000000] [--duration 10] [--backends sqlite,postgresql]
+    .venv/bin/python bench/run.py --leads 50000 --webhooks-only        # webhook figures alone
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,7 +48,9 @@ REPORTS = ("funnel", "velocity", "conversion")
 DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
-           "rss_mb": 200, "search_over_first_p50": 2.0}
+           "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200}
+WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
+WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
 SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
             "first and last name")
 # The searches the target holds for; the others are shown for what they cost.
@@ -169,6 +176,8 @@ class Database:
                 time.sleep(3)
             for table in ("activity", "transition", "audit_entry", "lead"):
                 conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
+            for table in ("delivery", "event", "webhook"):   # the webhook phase's
+                conn.execute(f"DELETE FROM {table}")
             if self.backend == "postgresql":
                 # The creates landed on pages all over the tables: until a vacuum marks them
                 # all-visible again, index-only scans visit the heap (a lead count took 1.5 s
@@ -418,7 +427,120 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
     finally:
         leadsvc.stop()
         baseline.stop()
+    if service_root is None:   # another checkout may have no webhooks
+        log(f"{db.backend}: webhooks, lag on an idle server and sustained delivery")
+        results["webhooks"] = measure_webhooks(db, tokens)
     return results
+
+
+# --- webhooks ----------------------------------------------------------------------------------
+
+class Receiver:
+    """A webhook receiver in this process: when each event arrived, and the time its body says it
+    was written (in the transaction of its change, just before the commit)."""
+
+    def __init__(self):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.arrivals: dict[str, tuple[float, float]] = {}   # webhook-id -> (arrived, written)
+        self.duplicates = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                written = datetime.fromisoformat(body["timestamp"].replace("Z", "+00:00")).timestamp()
+                key = self.headers["webhook-id"]
+                receiver.duplicates += key in receiver.arrivals
+                receiver.arrivals[key] = (time.time(), written)
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_for(self, count: int, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while len(self.arrivals) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return len(self.arrivals) >= count
+
+
+def post_json(url: str, token: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status, json.loads(response.read() or b"null")
+
+
+def measure_webhooks(db: Database, tokens: dict) -> dict:
+    """Commit-to-delivery lag on an idle server, and sustained delivery of a backlog, to a local receiver."""
+    admin = tokens["tokens"][ROLES["admin"]]["token"]
+    receiver = Receiver()
+    env = service_env(db.url, LEADSVC_WEBHOOKS_SECRET_KEY="bench-webhook-secret-key-0123456789abcdef",
+                      LEADSVC_WEBHOOKS_ALLOW_HTTP="true", LEADSVC_WEBHOOKS_ALLOW_PRIVATE_NETWORKS="true")
+    serve = [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)]
+    marks = db.high_water()
+    phones = (f"+9196{n:08d}" for n in range(10**8))
+    try:
+        leadsvc = Server(f"leadsvc-{db.backend}-webhooks", serve, env, LEADSVC_PORT)
+        try:
+            post_json(leadsvc.url("/api/v1/webhooks"), admin, {"url": receiver.url, "events": ["lead.created"]})
+            lags = []
+            for _ in range(WEBHOOK_LAG_SAMPLES):
+                expected = len(receiver.arrivals) + 1   # counted first: the event may arrive before the 201
+                post_json(leadsvc.url("/api/v1/leads"), admin, {"first_name": "Hook", "phone": next(phones)})
+                if not receiver.wait_for(expected, 30):
+                    sys.exit(f"{db.backend}: event {len(lags) + 1} was not delivered within 30 s; "
+                             f"see {leadsvc.log.name}")
+                arrived, written = max(receiver.arrivals.values())
+                lags.append(arrived - written)
+                time.sleep(0.1)   # idle between changes
+        finally:
+            leadsvc.stop()
+
+        # The backlog: written by a server that does not deliver, then sent by one that does.
+        quiet = Server(f"leadsvc-{db.backend}-queue", serve, {**env, "LEADSVC_WEBHOOKS_DELIVER_IN_SERVE": "false"},
+                       LEADSVC_PORT)
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda phone: post_json(quiet.url("/api/v1/leads"), admin, {"phone": phone}),
+                              [next(phones) for _ in range(WEBHOOK_BACKLOG)]))
+        finally:
+            quiet.stop()
+        already = len(receiver.arrivals)
+        sending = Server(f"leadsvc-{db.backend}-deliver", serve, env, LEADSVC_PORT)
+        try:
+            if not receiver.wait_for(already + WEBHOOK_BACKLOG, 300):
+                sys.exit(f"{db.backend}: the backlog was not delivered within 300 s; see {sending.log.name}")
+        finally:
+            sending.stop()
+        backlog = sorted(arrived for arrived, _ in list(receiver.arrivals.values())[already:])
+        per_second = (len(backlog) - 1) / (backlog[-1] - backlog[0])
+    finally:
+        receiver.server.shutdown()
+        db.restore(marks)
+    return {"lag_p50_s": round(statistics.median(lags), 4), "lag_p90_s": round(statistics.quantiles(lags, n=10)[-1], 4),
+            "lag_samples": len(lags), "backlog": WEBHOOK_BACKLOG, "events_per_s": round(per_second, 1),
+            "duplicates": receiver.duplicates}
+
+
+def webhook_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    w = r["webhooks"]
+    return [("webhook lag, commit to delivery, idle server (p50)", f"< {TARGETS['webhook_lag_p50_s']} s",
+             f"{w['lag_p50_s'] * 1000:.0f} ms (p90 {w['lag_p90_s'] * 1000:.0f} ms, {w['lag_samples']} events)",
+             w["lag_p50_s"] < TARGETS["webhook_lag_p50_s"]),
+            ("webhook delivery, sustained", f">= {TARGETS['webhook_events_per_s']} events/s",
+             f"{w['events_per_s']:.0f} events/s ({w['backlog']:,} queued events, {w['duplicates']} sent twice)",
+             w["events_per_s"] >= TARGETS["webhook_events_per_s"] and not w["duplicates"])]
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -449,8 +571,8 @@ def search_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
 
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
-    if "list" not in r:   # --search-only
-        return search_verdicts(r)
+    if "list" not in r:   # --search-only, --webhooks-only
+        return (search_verdicts(r) if "search" in r else []) + (webhook_verdicts(r) if "webhooks" in r else [])
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -482,7 +604,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  f"{plans['checked'] - len(plans['failed'])} of {plans['checked']} ok"
                  + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),
                  not plans["error"] and not plans["failed"]))
-    return rows
+    return rows + (webhook_verdicts(r) if "webhooks" in r else [])
 
 
 def markdown(info: dict, results: list[dict], builds: dict, started: str, load: tuple) -> str:
@@ -500,7 +622,7 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   + f" (built {b['built_at']}, load average {b['load']:.1f} when it ended).", "",
                   "| target | goal | measured | result |", "|---|---|---|---|"]
         lines += [f"| {name} | {goal} | {value} | {mark[ok]} |" for name, goal, value, ok in verdicts(r)]
-        if "list" not in r:   # --search-only
+        if "list" not in r:   # --search-only, --webhooks-only
             lines += [""]
             continue
         pages, c = r["pages"], r["create"]
@@ -538,6 +660,8 @@ def main() -> None:
     parser.add_argument("--service-root", help="serve leadsvc from this checkout instead (implies --no-write)")
     parser.add_argument("--port", type=int, default=LEADSVC_PORT,
                         help="leadsvc's port (the baseline's is 10 above): another run may hold the default")
+    parser.add_argument("--webhooks-only", action="store_true",
+                        help="measure only webhook delivery, lag and throughput (implies --no-write)")
     parser.add_argument("--search-only", action="store_true",
                         help="measure only the search pages against the first page (implies --no-write)")
     args = parser.parse_args()
@@ -557,15 +681,18 @@ def main() -> None:
         if args.build_only:
             log(f"{backend}: {json.dumps(builds[backend])}")
             continue
-        results.append(measure_search_only(db, tokens, args.duration) if args.search_only
-                       else measure(db, tokens, args.duration, args.service_root))
+        if args.webhooks_only:
+            results.append({"backend": backend, "webhooks": measure_webhooks(db, tokens)})
+        else:
+            results.append(measure_search_only(db, tokens, args.duration) if args.search_only
+                           else measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
     if args.build_only:
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
-    if not args.no_write and not args.service_root and not args.search_only:
+    if not (args.no_write or args.service_root or args.search_only or args.webhooks_only):
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

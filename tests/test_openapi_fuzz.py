@@ -39,7 +39,9 @@ def ws(make_workspace):
 @pytest.fixture
 def api_schema(app, ws, real_ids, monkeypatch):
     for name, value in {"CONTRACT_TOKEN": ws.token(), "CONTRACT_LEAD": real_ids["ld"][0],
-                        "CONTRACT_FORM": ws.ids.forms["Enquiry"], "CONTRACT_STATUS": ws.ids.statuses["Contacted"]}.items():
+                        "CONTRACT_FORM": ws.ids.forms["Enquiry"], "CONTRACT_STATUS": ws.ids.statuses["Contacted"],
+                        "CONTRACT_WEBHOOK": real_ids["webhook"][0], "CONTRACT_SPARE_WEBHOOK": real_ids["webhook"][1],
+                        "CONTRACT_DELIVERY": real_ids["delivery"][0]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -49,10 +51,13 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     """Ids that exist in the fuzzed workspace, by prefix."""
     leads = [client.post("/api/v1/leads", json={"first_name": "Fuzz", "email": f"fuzz{n}.{uuid.uuid4().hex}@x.test"},
                          headers=ws.headers()).json["data"]["id"] for n in range(3)]
+    hook, spare = (client.post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/fuzz", "events": ["*"]},
+                               headers=ws.headers()).json["data"]["id"] for _ in range(2))
+    delivery = client.post(f"/api/v1/webhooks/{hook}/test", headers=ws.headers()).json["data"]["id"]
     ids = ws.ids
     return {"ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
-            "cf": list(ids.custom_fields.values())}
+            "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery]}
 
 
 def pick(value: str, choices: list[str]) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import WEBHOOK_TEST_ENV
 from processes import call, clean_env, leadsvc
 from served import ServedProcess
 
@@ -30,20 +31,27 @@ METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 def served_demo(tmp_path):
     """`leadsvc serve` on a fresh SQLite database holding the demo workspace: (server, admin token)."""
     # Rate limits off: the run sends hundreds of requests a minute with one token.
-    environment = {"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/live.sqlite3", "LEADSVC_RATE_LIMITS_ENABLED": "false"}
+    environment = {"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/live.sqlite3", "LEADSVC_RATE_LIMITS_ENABLED": "false",
+                   **WEBHOOK_TEST_ENV}
     demo = json.loads(leadsvc(clean_env(**environment), tmp_path, "--config", os.devnull, "demo", "--json"))
     with ServedProcess(environment, tmp_path / "serve.log") as server:
         yield server, demo["tokens"]["admin@demo.test"]["token"]
 
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
-    """What schemathesis.toml takes from the environment: the token, a lead, a form and a status."""
+    """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
+    webhook and one of its deliveries."""
     status, created = call("POST", f"{base}/api/v1/leads", token, {"first_name": "Live", "email": "live@contract.test"})
     assert status == 201, created
     forms = call("GET", f"{base}/api/v1/forms", token)[1]["data"]
     statuses = call("GET", f"{base}/api/v1/statuses", token)[1]["data"]
+    hook, spare = (call("POST", f"{base}/api/v1/webhooks", token, {"url": "http://127.0.0.1:9/live", "events": ["*"]})[1]
+                   for _ in range(2))
+    delivery = call("POST", f"{base}/api/v1/webhooks/{hook['data']['id']}/test", token)[1]["data"]
     return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
-            "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted")}
+            "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted"),
+            "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],
+            "CONTRACT_DELIVERY": delivery["id"]}
 
 
 @pytest.mark.slow
