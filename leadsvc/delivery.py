@@ -42,6 +42,7 @@ MAX_RETRY_AFTER = 24 * 3600       # a Retry-After longer than the longest step i
 DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in between
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
+ADDRESSES_TRIED = 2                # of those a host resolves to, each connect waiting up to the timeout
 USER_AGENT = "leadsvc/{version}"
 SENDERS = 8            # attempts a delivering process makes at once, each on its own thread and connection
 # How often a delivering process looks for deliveries that other processes wrote (its own commits
@@ -107,7 +108,7 @@ def check_destination(url: str, settings: dict[str, Any]) -> None:
 def connect_to(addresses: tuple[str, ...], port: int, timeout: float) -> socket.socket:
     """A TCP connection to the first of the checked addresses that answers (never a new lookup)."""
     error: OSError = ConnectionRefusedError("no address")
-    for address in addresses:
+    for address in addresses[:ADDRESSES_TRIED]:
         try:
             sock = socket.create_connection((address, port), timeout)
         except OSError as exc:
@@ -205,8 +206,13 @@ class Sender:
                   headers: dict[str, str]) -> Answer:
         connection.request("POST", target, body=body, headers=headers)
         response = connection.getresponse()
-        kept = response.read(KEPT_RESPONSE)
-        response.read(DRAINED_RESPONSE)
+        # The body is read for at most two timeouts in all, so that a receiver that trickles it
+        # cannot outlast the attempt's claim.
+        deadline = time.monotonic() + 2 * self.settings["timeout"]
+        kept, read = b"", 0
+        while read <= DRAINED_RESPONSE and time.monotonic() < deadline and (chunk := response.read1(16384)):
+            kept += chunk[:KEPT_RESPONSE - len(kept)]
+            read += len(chunk)
         if response.isclosed() and (response.getheader("Connection") or "").lower() != "close":
             self._give_back(key, connection)
         else:
@@ -268,8 +274,11 @@ def next_delay(failures: int, answer: Answer, rng: Callable[[], float]) -> float
 
 @dataclass
 class Claimed:
+    """A delivery leased for one attempt: its attempt number and lease end fence what is recorded."""
+
     delivery: Delivery
     attempt: int
+    lease_until: datetime
 
 
 class Deliverer:
@@ -283,8 +292,9 @@ class Deliverer:
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
         self.senders = SENDERS
-        # An attempt's claim outlasts anything it can take (a connect and a read, each up to the timeout).
-        self.lease = timedelta(seconds=3 * self.settings["timeout"] + 30)
+        # An attempt's claim outlasts anything it can take: connects to two addresses, the request,
+        # the answer's head and its body, each bounded by the timeout (the body by two).
+        self.lease = timedelta(seconds=6 * self.settings["timeout"] + 30)
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
@@ -347,9 +357,11 @@ class Deliverer:
             return self.claim(limit)
         except UNAVAILABLE_ERRORS as exc:
             log.warning("cannot claim deliveries: %s", exc)
-            return []
+        except Exception:   # the thread lives on: the next poll tries again
+            log.exception("claiming deliveries failed")
         finally:
             release_connection()
+        return []
 
     # -- one step at a time (also what tests drive, with their own clock)
 
@@ -365,12 +377,13 @@ class Deliverer:
     def claim(self, limit: int) -> list[Claimed]:
         """Up to `limit` due deliveries, each leased to this process for one attempt."""
         now = self.clock()
+        lease_until = now + self.lease
         due = (Delivery.select(Delivery.id).where(Delivery.next_attempt_at <= now)
                .order_by(Delivery.next_attempt_at).limit(limit))
         if is_postgres():
             due = due.for_update(skip_locked=True)
         with transaction():
-            leased = list(Delivery.update(next_attempt_at=now + self.lease, attempts=Delivery.attempts + 1)
+            leased = list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
                           .where(Delivery.id.in_(due) & (Delivery.next_attempt_at <= now))
                           .returning(Delivery.id, Delivery.attempts).tuples().execute())
         if not leased:
@@ -378,7 +391,7 @@ class Deliverer:
         attempts = dict(leased)
         rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
                 .where(Delivery.id.in_(list(attempts))))
-        return [Claimed(row, attempts[row.id]) for row in rows]
+        return [Claimed(row, attempts[row.id], lease_until) for row in rows]
 
     def attempt(self, item: Claimed) -> None:
         """Send one attempt and record what came of it."""
@@ -396,12 +409,13 @@ class Deliverer:
 
     def record(self, item: Claimed, answer: Answer) -> str | None:
         """The attempt's outcome, in its own transaction; None if the delivery moved on meanwhile
-        (replayed, or its webhook deleted)."""
+        (replayed, given up with its webhook, or deleted with it)."""
         now = self.clock()
         ok = answer.status is not None and 200 <= answer.status < 300
         with transaction():
             delivery = for_update(Delivery.select().where(
-                (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt))).first()
+                (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt)
+                & (Delivery.next_attempt_at == item.lease_until))).first()
             if delivery is None:
                 return None
             delivery.last_status, delivery.last_error = answer.status, answer.error

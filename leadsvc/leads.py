@@ -13,7 +13,7 @@ from .documents import (ActorNames, LeadCreatedSchema, LeadDuplicateSchema, Lead
                         StatusMoveResultSchema, activity_document, etag, json_response, lead_document,
                         note_document, request_refs, transition_document)
 from .extensions import Blueprint
-from .listing import LeadListQuery, lead_page, next_link, unknown_filters
+from .listing import LeadListQuery, lead_page, page_document, unknown_filters
 from .models import Activity, Note
 from .problems import Forbidden
 from .schemas import LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema, one, page_of
@@ -66,11 +66,7 @@ class Leads(MethodView):
                                   "meta": {"has_more": False, "unknown_filters": unknown}})
         refs = request_refs()
         rows, after = lead_page(visible_leads(), params, refs, settings())
-        return json_response({
-            "data": [lead_document(row, refs) for row in rows],
-            "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(), after)},
-            "meta": {"has_more": after is not None},
-        })
+        return json_response(page_document([lead_document(row, refs) for row in rows], after))
 
     @requires("leads:create")
     @blp.arguments(LeadCreateSchema())

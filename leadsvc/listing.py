@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import marshmallow as ma
 import peewee as pw
+from flask import request
 
 from . import cursor, search
 from .config import Settings
@@ -268,6 +269,12 @@ def next_link(path: str, query: Mapping[str, Any], after: str | None) -> str | N
     params = {key: value for key, value in query.items() if key != "page[after]"}
     params["page[after]"] = after
     return f"{path}?{urlencode(params)}"
+
+
+def page_document(data: list, after: str | None) -> dict[str, Any]:
+    """A page of the current request's list in the list envelope; links.next repeats its query."""
+    return {"data": data, "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(), after)},
+            "meta": {"has_more": after is not None}}
 
 
 def binding(sort: str, filters: Mapping[str, Any]) -> str:

@@ -8,7 +8,6 @@ History lists are oldest first (the order a history is read in), keyset-paginate
 from __future__ import annotations
 
 import peewee as pw
-from flask import request
 from flask.views import MethodView
 
 from . import cursor, pipeline
@@ -18,7 +17,7 @@ from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, Note
                         transition_document)
 from .extensions import Blueprint
 from .leads import actor
-from .listing import next_link
+from .listing import page_document
 from .models import AuditEntry, Lead, Transition
 from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema, page_of
 
@@ -39,9 +38,7 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
     rows, after = cursor.page(model.select().where(model.lead == lead.id), order, params["page_size"],
                               binding, params.get("page_after"))
     names = ActorNames(rows, request_refs())
-    return {"data": [document(row, names) for row in rows],
-            "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(), after)},
-            "meta": {"has_more": after is not None}}
+    return page_document([document(row, names) for row in rows], after)
 
 
 @blp.route("/<lead_id:public_id>/notes")

@@ -16,7 +16,7 @@ from .db import database, transaction
 from .documents import json_response
 from .extensions import Blueprint
 from .idempotency import shows_secret
-from .listing import comma_separated, next_link
+from .listing import comma_separated, page_document
 from .models import DELIVERY_STATES, Delivery, Event, Webhook, public_id_pattern, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
 from .schemas import HistoryQuery, Text, UtcDateTime, one, page_of, rfc3339, whole_page
@@ -328,11 +328,7 @@ class WebhookDeliveries(MethodView):
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a webhook's deliveries, newest first"""
-        rows, after = deliveries_page(_hook(public_id), params)
-        return json_response({"data": rows,
-                              "links": {"next": next_link(request.script_root + request.path, request.args.to_dict(),
-                                                          after)},
-                              "meta": {"has_more": after is not None}})
+        return json_response(page_document(*deliveries_page(_hook(public_id), params)))
 
 
 @blp.route("/<webhook_id:public_id>/deliveries/<delivery_id:delivery_id>/replay")

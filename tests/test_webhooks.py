@@ -540,3 +540,15 @@ def test_the_example_receiver_accepts_only_signed_deliveries(client, ws, deliver
         forged = forwarded.post("/hooks/leadsvc", data=receiver.received[0].body,
                                 headers={**receiver.received[0].headers, "webhook-signature": "v1,Zm9yZ2Vk"})
         assert forged.status_code == 400
+
+
+def test_a_replay_during_an_attempt_is_not_lost_when_that_attempt_is_recorded(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url, ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    [claimed] = deliverer.claim(8)
+    row = deliveries_of(hook["id"])[0]
+    client.post(f"/api/v1/webhooks/{hook['id']}/deliveries/{row.public_id}/replay", headers=ws.headers())
+    deliverer.attempt(claimed)   # the attempt under way when the replay came in ends now
+    assert deliveries_of(hook["id"])[0].state == "pending", "the replay is still to be sent"
+    assert deliverer.deliver_due() == 1 and deliveries_of(hook["id"])[0].state == "succeeded"
+    assert len(receiver.received) == 2
