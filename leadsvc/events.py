@@ -52,14 +52,15 @@ def record(refs: Refs, event_type: str, lead: Lead, details: Callable[[], dict[s
     if not hooks:
         return
     document = {"id": lead.public_id} if event_type == "lead.erased" else lead_document(lead, refs)
-    write(refs.workspace.id, event_type, {"lead": document, **(details() if details else {})}, hooks)
+    write(refs.workspace.id, event_type, {"lead": document, **(details() if details else {})}, hooks, lead=lead.id)
 
 
-def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Iterable[int]) -> Event:
+def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Iterable[int], *,
+          lead: int | None = None) -> Event:
     """The event row and a delivery due now for each webhook; the delivery threads wake after the commit."""
     now = utcnow()
     body = _encode({"type": event_type, "timestamp": rfc3339(now), "data": data})
-    event = Event.create(workspace=workspace_id, type=event_type, body=body, created_at=now)
+    event = Event.create(workspace=workspace_id, lead=lead, type=event_type, body=body, created_at=now)
     Delivery.insert_many([{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
                           for hook in hooks]).execute()
     database.after_commit(work_waiting.set)

@@ -394,6 +394,8 @@ class Event(BaseModel):
 
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("evt_")
+    # The lead it is about (null for webhook.test): what an erasure finds to scrub.
+    lead = pw.ForeignKeyField(Lead, null=True, on_delete="CASCADE", backref="+")
     type = pw.CharField(max_length=48)
     body = pw.TextField()   # the JSON body every attempt sends, byte for byte
     created_at = pw.DateTimeField(default=utcnow)

@@ -36,9 +36,15 @@ def up(migrator, db):
             table_name = 'webhook'
             indexes = ((('workspace', 'created_at', 'public_id'), False),)
 
+    class Lead(Model):
+        class Meta:
+            database = db
+            table_name = 'lead'
+
     class Event(Model):
         workspace = ForeignKeyField(Workspace, on_delete='CASCADE', index=False)
         public_id = CharField(max_length=48, unique=True)
+        lead = ForeignKeyField(Lead, null=True, on_delete='CASCADE')
         type = CharField(max_length=48)
         body = TextField()
         created_at = DateTimeField()
