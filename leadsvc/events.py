@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import threading
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from typing import Any, Callable, Iterable
 
 from standardwebhooks import Webhook as Signer
 
+from . import jsoncodec
 from .db import database
 from .documents import Refs, lead_document
 from .models import Delivery, Event, Lead, Webhook, utcnow
@@ -38,7 +38,6 @@ SECRET_PREFIX = "whsec_"
 
 # Set after a commit that wrote deliveries, so this process's delivery threads start at once.
 work_waiting = threading.Event()
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 class SecretKeyMissing(Exception):
@@ -59,7 +58,9 @@ def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Itera
           lead: int | None = None) -> Event:
     """The event row and a delivery due now for each webhook; the delivery threads wake after the commit."""
     now = utcnow()
-    body = _encode({"type": event_type, "timestamp": rfc3339(now), "data": data})
+    body = jsoncodec.encode({"type": event_type, "timestamp": rfc3339(now), "data": data})
+    if isinstance(body, bytes):
+        body = body.decode()
     event = Event.create(workspace=workspace_id, lead=lead, type=event_type, body=body, created_at=now)
     Delivery.insert_many([{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
                           for hook in hooks]).execute()
