@@ -552,3 +552,26 @@ def test_a_replay_during_an_attempt_is_not_lost_when_that_attempt_is_recorded(cl
     assert deliveries_of(hook["id"])[0].state == "pending", "the replay is still to be sent"
     assert deliverer.deliver_due() == 1 and deliveries_of(hook["id"])[0].state == "succeeded"
     assert len(receiver.received) == 2
+
+
+def test_a_receiver_that_does_not_answer_holds_up_no_request(app, client, ws):
+    import threading
+
+    release = threading.Event()
+
+    def stuck(request):
+        release.wait(60)
+        return 204, {}, b""
+
+    with Receiver(stuck) as receiver:
+        register(client, ws, receiver.url, ["lead.created"])
+        running = Deliverer(app.config["LEADSVC"], version="test").start()
+        try:
+            assert client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).status_code == 201
+            wait_until(lambda: receiver.received, 30, "a delivery waiting on the receiver")
+            created = [client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).status_code
+                       for _ in range(20)]
+            assert created == [201] * 20, "creates answer while deliveries wait on the receiver"
+        finally:
+            release.set()
+            running.stop()
