@@ -232,9 +232,10 @@ class LeadDuplicateSchema(ma.Schema):
 class BatchItemResultSchema(ma.Schema):
     index = ma.fields.Integer(required=True, metadata={"description": "The item's position in `leads`, from 0."})
     status = ma.fields.Integer(required=True, metadata={
-        "enum": [201, 200, 403, 409, 422],
+        "enum": [201, 200, 403, 404, 409, 422],
         "description": "What POST /api/v1/leads would have answered for the item: 201 created, 200 duplicate, "
-                       "403 an upsert without leads:update, 409 conflict, 422 invalid."})
+                       "403 an upsert without leads:update, 404 an upserted lead that left the caller's scope "
+                       "meanwhile, 409 conflict, 422 invalid."})
     duplicate = ma.fields.Boolean(required=True)
     lead = ma.fields.Raw(allow_none=True, required=True, metadata={
         "description": "The lead (201, 200); only its id for a duplicate when the token lacks leads:read; null "

@@ -72,10 +72,6 @@ def create_answer(data: dict[str, Any], who: pipeline.Actor, refs: Refs) -> tupl
     return created, body
 
 
-# What a failed batch item answers: the statuses a single create fails with for that item alone.
-ITEM_FAILURES = (403, 409, 422)
-
-
 @blp.route("")
 class Leads(MethodView):
     @requires("leads:read")
@@ -131,7 +127,7 @@ class LeadsBatch(MethodView):
             except ma.ValidationError as exc:
                 result["errors"] = flatten_messages(exc.messages)
             except Problem as exc:
-                if exc.status not in ITEM_FAILURES:
+                if exc.status >= 500:   # the database, not the item: the request fails
                     raise
                 result.update(status=exc.status, errors=exc.errors or {"body": [exc.detail or exc.code]})
             else:
