@@ -81,7 +81,6 @@ class Updated:
     changed: list[str]   # PATCH names: first_name, custom_fields.budget, ...
 
 
-
 # --- validation against the workspace's definitions ------------------------------------------
 
 def resolve_source(public_id: str | None, refs: Refs):
@@ -302,10 +301,10 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
     if not actor.sees(lead):
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     on_duplicate = data.get("on_duplicate") or "ignore"
-    if on_duplicate != "ignore" and not actor.may("leads:update"):
-        raise Forbidden(f"A lead with this {' and '.join(matched_on)} exists; on_duplicate={on_duplicate} needs "
-                        "the leads:update ability. Nothing was changed.")
     if on_duplicate != "ignore":
+        if not actor.may("leads:update"):
+            raise Forbidden(f"A lead with this {' and '.join(matched_on)} exists; on_duplicate={on_duplicate} "
+                            "needs the leads:update ability. Nothing was changed.")
         # Locked before the activity below: its foreign key takes a share lock on the lead, and two
         # upserts holding that and both waiting for update_lead's exclusive lock would deadlock.
         lead = _lock(lead, actor)

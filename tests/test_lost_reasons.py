@@ -43,7 +43,7 @@ def _workspace_name(ws):
     return Workspace.get(Workspace.public_id == ws.public_id).name
 
 
-def test_a_reason_named_twice_is_a_setup_error():
+def test_a_reason_named_twice_is_a_setup_error(app):
     from leadsvc.provision import SetupError
 
     data = standard_setup("Twice")
