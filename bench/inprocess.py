@@ -38,7 +38,8 @@ INTERESTS = ("2bhk", "3bhk", "villa", "plot")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", help="sqlite:///path or postgresql://... of a database with the demo workspace")
-    parser.add_argument("--path", default="create", help="create (POST /api/v1/leads), or a path to GET")
+    parser.add_argument("--path", default="create",
+                        help="create (POST /api/v1/leads), batch (POST /api/v1/leads/batch, 100 new leads), or a path to GET")
     parser.add_argument("-n", type=int, default=2000, help="requests measured")
     parser.add_argument("--warm", type=int, default=50, help="requests before measuring")
     parser.add_argument("--app", choices=("leadsvc", "baseline"), default="leadsvc")
@@ -63,7 +64,8 @@ def main() -> None:
         statuses[status[:3]] = statuses.get(status[:3], 0) + 1
 
     def one() -> None:
-        body = app(send.create() if args.path == "create" else send.get(args.path), start_response)
+        environ = {"create": send.create, "batch": send.batch}.get(args.path, lambda: send.get(args.path))()
+        body = app(environ, start_response)
         b"".join(body)
         getattr(body, "close", lambda: None)()
 
@@ -112,15 +114,23 @@ class Requests:
             self.sources = [row[0] for row in conn.execute("SELECT public_id FROM source")]
 
     def create(self) -> dict:
+        body = self._lead(duplicate_share=0.25)
+        return self._environ("POST", "/api/v1/leads", json.dumps(body, separators=(",", ":")).encode())
+
+    def batch(self) -> dict:
+        """What bench/wrk/batch.lua sends: 100 new leads."""
+        body = {"leads": [self._lead(duplicate_share=0) for _ in range(100)]}
+        return self._environ("POST", "/api/v1/leads/batch", json.dumps(body, separators=(",", ":")).encode())
+
+    def _lead(self, duplicate_share: float) -> dict:
         pick = self.random
-        if self.duplicates and pick.random() < 0.25:
+        if self.duplicates and pick.random() < duplicate_share:
             phone = pick.choice(self.duplicates)
         else:
             phone = f"+9197{pick.randrange(10**8):08d}"
-        body = {"first_name": "Bench", "last_name": "Lead", "phone": phone, "source": pick.choice(self.sources),
+        return {"first_name": "Bench", "last_name": "Lead", "phone": phone, "source": pick.choice(self.sources),
                 "estimated_value": pick.randint(20, 300) * 100000,
                 "custom_fields": {"product_interest": pick.choice(INTERESTS)}}
-        return self._environ("POST", "/api/v1/leads", json.dumps(body, separators=(",", ":")).encode())
 
     def get(self, path: str) -> dict:
         path, _, query = path.partition("?")

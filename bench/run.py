@@ -10,6 +10,7 @@ delivers a backlog of events (the API figures above are measured with no webhook
 
     .venv/bin/python bench/run.py [--leads 1000000] [--duration 10] [--backends sqlite,postgresql]
     .venv/bin/python bench/run.py --leads 50000 --webhooks-only        # webhook figures alone
+    .venv/bin/python bench/run.py --leads 20000 --batch-only           # a batch of 100 against 100 creates
 """
 
 from __future__ import annotations
@@ -48,9 +49,13 @@ REPORTS = ("funnel", "velocity", "conversion")
 DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
-           "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200}
+           "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200,
+           "batch_over_singles": 0.7}
 WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
 WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
+# Each item of a batch is still a create with its own transaction (the contract); what a batch saves
+# is what a single create's request costs around it (HTTP, token, rate limit, parsing, reference data).
+BATCH_SIZE = 100
 SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
             "first and last name")
 # The searches the target holds for; the others are shown for what they cost.
@@ -322,6 +327,48 @@ def measure_search_only(db: Database, tokens: dict, seconds: float) -> dict:
         leadsvc.stop()
 
 
+def measure_batch(db: Database, server: Server, token: str, seconds: float) -> dict:
+    """A batch of BATCH_SIZE new leads against as many single creates of new leads, one connection
+    each: the time a client waits for a batch against the time it waits for BATCH_SIZE creates sent
+    one after the other (mean times, from each run's requests per second: a client waits the sum,
+    not BATCH_SIZE medians). What they write is deleted afterwards."""
+    _, sources, _ = get(server.url("/api/v1/sources"), token)
+    env = {"BENCH_SOURCES": ",".join(s["id"] for s in sources["data"]), "BENCH_DUPLICATE_SHARE": "0",
+           "BENCH_BATCH_SIZE": str(BATCH_SIZE)}
+    marks = db.high_water()
+    try:
+        single = lambda duration: wrk(server.url("/api/v1/leads"), token, connections=1,  # noqa: E731
+                                      seconds=duration, script="create.lua", env=env)
+        batch = lambda duration: wrk(server.url("/api/v1/leads/batch"), token, connections=1,  # noqa: E731
+                                     seconds=duration, script="batch.lua", env=env)
+        single(2), batch(2)   # warm both paths
+        singles, batches = [], []
+        for _ in range(3):   # interleaved, so noise hits both alike
+            singles.append(single(seconds))
+            batches.append(batch(seconds))
+    finally:
+        db.restore(marks)
+    single_ms = statistics.median(1000 / r["rps"] for r in singles)
+    batch_ms = statistics.median(1000 / r["rps"] for r in batches)
+    return {"size": BATCH_SIZE, "single_ms": round(single_ms, 2), "batch_ms": round(batch_ms, 1),
+            "singles_ms": round(BATCH_SIZE * single_ms, 1), "ratio": round(batch_ms / (BATCH_SIZE * single_ms), 3),
+            "single_p50_ms": statistics.median(r["p50_ms"] for r in singles),
+            "batch_p50_ms": statistics.median(r["p50_ms"] for r in batches),
+            "batch_leads_per_s": round(BATCH_SIZE * 1000 / batch_ms, 1), "single_leads_per_s": round(1000 / single_ms, 1),
+            "errors": sum(r["errors_status"] + r["errors_socket"] for r in singles + batches)}
+
+
+def measure_batch_only(db: Database, tokens: dict, seconds: float) -> dict:
+    """--batch-only: the batch figures alone, without the baseline and the other phases."""
+    secret = tokens["tokens"][ROLES["admin"]]["token"]
+    leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
+                     service_env(db.url), LEADSVC_PORT)
+    try:
+        return {"backend": db.backend, "batch": measure_batch(db, leadsvc, secret, seconds)}
+    finally:
+        leadsvc.stop()
+
+
 def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
     # --service-root serves the leadsvc package of another checkout (a before/after comparison).
@@ -408,6 +455,9 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
                              "baseline_errors": sum(r["errors_status"] for r in base), "leads_created": created,
                              "cpu_ms": round(statistics.median(r["cpu_ms"] for r in own), 2),
                              "baseline_cpu_ms": round(statistics.median(r["cpu_ms"] for r in base), 2)}
+
+        log(f"{db.backend}: a batch of {BATCH_SIZE} new leads vs {BATCH_SIZE} single creates, 1 connection")
+        results["batch"] = measure_batch(db, leadsvc, secret["admin"], seconds)
 
         log(f"{db.backend}: reports, admin scope")
         results["reports"] = {}
@@ -569,10 +619,19 @@ def search_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
             for kind, v in search["kinds"].items()]
 
 
+def batch_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    b = r["batch"]
+    return [(f"batch of {b['size']} new leads / {b['size']} single creates, one after the other (1 connection)",
+             f"<= {TARGETS['batch_over_singles']}",
+             f"{b['ratio']:.2f} ({b['batch_ms']:.0f} / {b['singles_ms']:.0f} ms)",
+             b["ratio"] <= TARGETS["batch_over_singles"] and not b["errors"])]
+
+
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
-    if "list" not in r:   # --search-only, --webhooks-only
-        return (search_verdicts(r) if "search" in r else []) + (webhook_verdicts(r) if "webhooks" in r else [])
+    if "list" not in r:   # --search-only, --webhooks-only, --batch-only
+        return ((search_verdicts(r) if "search" in r else []) + (webhook_verdicts(r) if "webhooks" in r else [])
+                + (batch_verdicts(r) if "batch" in r else []))
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -591,6 +650,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
         else:
             rows.append((f"report {name} (admin)", "< 1 s", f"{report['median_s']:.3f} s (max {report['max_s']:.3f})",
                          report["max_s"] < TARGETS["report_seconds"]))
+    rows += batch_verdicts(r)
     c = r["create"]
     rows.append(("create throughput", f">= {TARGETS['create_ratio']} x baseline",
                  f"{c['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in c['ratios'])}; "
@@ -605,6 +665,14 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),
                  not plans["error"] and not plans["failed"]))
     return rows + (webhook_verdicts(r) if "webhooks" in r else [])
+
+
+def batch_details(r: dict) -> list[str]:
+    b = r["batch"]
+    return [f"| batch of {b['size']} new leads, 1 connection | mean {b['batch_ms']:.1f} ms, p50 {b['batch_p50_ms']:.1f} ms "
+            f"({b['batch_leads_per_s']:.0f} leads/s) |",
+            f"| single create of a new lead, 1 connection | mean {b['single_ms']:.2f} ms, p50 {b['single_p50_ms']:.2f} ms "
+            f"({b['single_leads_per_s']:.0f} leads/s) |"]
 
 
 def markdown(info: dict, results: list[dict], builds: dict, started: str, load: tuple) -> str:
@@ -622,8 +690,8 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   + f" (built {b['built_at']}, load average {b['load']:.1f} when it ended).", "",
                   "| target | goal | measured | result |", "|---|---|---|---|"]
         lines += [f"| {name} | {goal} | {value} | {mark[ok]} |" for name, goal, value, ok in verdicts(r)]
-        if "list" not in r:   # --search-only, --webhooks-only
-            lines += [""]
+        if "list" not in r:   # --search-only, --webhooks-only, --batch-only
+            lines += ["", "| detail | leadsvc |", "|---|---|", *batch_details(r), ""] if "batch" in r else [""]
             continue
         pages, c = r["pages"], r["create"]
         lines += ["", "| detail | leadsvc | baseline |", "|---|---|---|"]
@@ -635,6 +703,7 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   f"| create, 8 connections | {c['rps']:.0f} req/s (p50 {c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms, "
                   f"{c['leads_created']:,} leads created, {c['errors']} errors) | {c['baseline_rps']:.0f} req/s |",
                   f"| CPU of the serving process per create | {c['cpu_ms']:.2f} ms | {c['baseline_cpu_ms']:.2f} ms |",
+                  *(f"{row} |" for row in batch_details(r)),
                   f"| peak RSS | {r['rss_mb']:.0f} MB | {r['baseline_rss_mb']:.0f} MB |", ""]
     return "\n".join(lines)
 
@@ -664,6 +733,8 @@ def main() -> None:
                         help="measure only webhook delivery, lag and throughput (implies --no-write)")
     parser.add_argument("--search-only", action="store_true",
                         help="measure only the search pages against the first page (implies --no-write)")
+    parser.add_argument("--batch-only", action="store_true",
+                        help="measure only a batch of 100 new leads against 100 single creates (implies --no-write)")
     args = parser.parse_args()
     LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
@@ -683,16 +754,19 @@ def main() -> None:
             continue
         if args.webhooks_only:
             results.append({"backend": backend, "webhooks": measure_webhooks(db, tokens)})
+        elif args.search_only:
+            results.append(measure_search_only(db, tokens, args.duration))
+        elif args.batch_only:
+            results.append(measure_batch_only(db, tokens, args.duration))
         else:
-            results.append(measure_search_only(db, tokens, args.duration) if args.search_only
-                           else measure(db, tokens, args.duration, args.service_root))
+            results.append(measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
     if args.build_only:
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
-    if not (args.no_write or args.service_root or args.search_only or args.webhooks_only):
+    if not (args.no_write or args.service_root or args.search_only or args.webhooks_only or args.batch_only):
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

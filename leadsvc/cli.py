@@ -17,6 +17,7 @@ from flask import Flask
 from . import __version__, create_app
 from .config import ConfigError, config_path
 from .db import UNAVAILABLE_ERRORS, close as db_close, database, migrate as run_migrations, pending_migrations, ping, transaction
+from .schemas import ON_DUPLICATE
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
 
@@ -156,7 +157,7 @@ def setup(ctx: click.Context, file: str, as_json: bool) -> None:
         _print_json(result.as_json())
         return
     click.echo(f"Workspace {result.workspace} is set up from {file}:")
-    for section in ("teams", "members", "statuses", "sources", "custom_fields", "rules", "forms"):
+    for section in ("teams", "members", "statuses", "sources", "custom_fields", "rules", "forms", "lost_reasons"):
         ids = getattr(result, section)
         if ids:
             click.echo(f"  {section}: " + ", ".join(f"{name} {pid}" for name, pid in ids.items()))
@@ -453,14 +454,17 @@ def openapi(ctx: click.Context, output: str | None) -> None:
 @cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--on-duplicate", "on_duplicate", type=click.Choice(ON_DUPLICATE), default="ignore", show_default=True,
+              help="A row whose phone or e-mail matches a lead: leave the lead, update it with the row's "
+                   "cells, or fill only its empty fields.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts and every error as one JSON object.")
 @click.pass_context
-def import_leads(ctx: click.Context, file: str, workspace_id: str, as_json: bool) -> None:
+def import_leads(ctx: click.Context, file: str, workspace_id: str, on_duplicate: str, as_json: bool) -> None:
     """Create leads from a CSV file through the API's create path.
 
     Columns: first_name, last_name, phone, email, source (name or src_ id), estimated_value, and
     custom fields by name. Each row is its own transaction; duplicates are reported, never created
-    twice. Exits 1 when some rows failed (the others are imported).
+    twice (and updated as --on-duplicate says). Exits 1 when some rows failed (the others are imported).
     """
     from .csv_import import ImportFileError, count_rows, import_csv
     from .models import Workspace
@@ -474,7 +478,7 @@ def import_leads(ctx: click.Context, file: str, workspace_id: str, as_json: bool
             total = count_rows(fh)
         with (open(file, newline="", encoding="utf-8-sig") as fh,
               click.progressbar(length=total, label=f"Importing {total} rows", file=sys.stderr) as bar):
-            report = import_csv(fh, workspace, app.config["LEADSVC"], progress=bar.update)
+            report = import_csv(fh, workspace, app.config["LEADSVC"], progress=bar.update, on_duplicate=on_duplicate)
     except ImportFileError as exc:
         raise click.ClickException(f"{file}: {exc} Nothing was imported.") from None
     except UnicodeDecodeError:
@@ -493,7 +497,10 @@ def import_leads(ctx: click.Context, file: str, workspace_id: str, as_json: bool
                    f"{summary['duplicates']} duplicates (not created), {summary['failed']} failed.")
         for dup in report.duplicates:
             origin = f"created from row {dup['first_row']} of this file" if dup["first_row"] else "already there"
-            click.echo(f"  row {dup['row']}: duplicate of {dup['lead']} ({', '.join(dup['matched_on'])}), {origin}")
+            changed = (f"; updated {', '.join(dup['updated_fields']) or 'nothing'}"
+                       if dup.get("updated_fields") is not None else "")
+            click.echo(f"  row {dup['row']}: duplicate of {dup['lead']} ({', '.join(dup['matched_on'])}), "
+                       f"{origin}{changed}")
         for error in report.errors:
             click.echo(f"  row {error['row']}, {error['field']}: {error['message']}")
     if report.failed_rows:

@@ -4,7 +4,8 @@ Each row is read like an API body (LeadCreateSchema), then created by pipeline.c
 a system actor, so validation, duplicate detection, routing, scoring and audit are the API's.
 Each row is its own transaction: a bad row is reported and the others go in. A row whose phone
 or e-mail matches a lead (one already there, or one an earlier row created) creates nothing and
-is reported as a duplicate, so running the same file again creates nothing twice.
+is reported as a duplicate, so running the same file again creates nothing twice; with
+on_duplicate `update` or `fill_empty` the row's cells then update that lead as an API upsert does.
 
 Columns: first_name, last_name, phone, email, source (a name or a src_ id), estimated_value, and
 one column per custom field, named by the field. The columns an export adds (id, status, owner,
@@ -85,8 +86,9 @@ def check_header(header: list[str] | None, refs: Refs) -> list[str]:
 
 
 def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
-               progress: Callable[[int], None] | None = None) -> ImportReport:
-    """Create a lead from each row; returns what was created, the duplicates and each row's errors."""
+               progress: Callable[[int], None] | None = None, on_duplicate: str = "ignore") -> ImportReport:
+    """Create a lead from each row (a duplicate is left, updated or filled in, as on_duplicate
+    says); returns what was created, the duplicates and each row's errors."""
     refs = Refs.load(workspace, settings)
     reader = csv.reader(stream)
     columns = check_header(next(reader, None), refs)
@@ -104,6 +106,7 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
             report.fail(row, {"row": [f"{len(cells)} cells, but the header names {len(columns)} columns."]})
             continue
         body, problems = row_body(dict(zip(columns, cells)), refs)
+        body["on_duplicate"] = on_duplicate
         try:
             data = schema.load(body)
         except ma.ValidationError as exc:
@@ -119,7 +122,9 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
         lead_id = created.lead.public_id
         if created.duplicate:
             report.duplicates.append({"row": row, "lead": lead_id, "matched_on": created.matched_on,
-                                      "first_row": created_by_row.get(lead_id)})
+                                      "first_row": created_by_row.get(lead_id),
+                                      **({"updated_fields": created.updated_fields}
+                                         if created.updated_fields is not None else {})})
         else:
             report.created += 1
             created_by_row[lead_id] = row

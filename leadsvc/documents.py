@@ -21,7 +21,7 @@ from flask import Response, g
 
 from . import jsoncodec
 from .db import database
-from .models import CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Webhook, Workspace
+from .models import CustomField, Form, Lead, LostReason, Member, Rule, Source, Status, Team, Token, Webhook, Workspace
 from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
 from .scoring import band
 
@@ -37,6 +37,7 @@ class Refs:
     rules: list[Rule]                        # in the order they are tried (their rotation is read afresh)
     settings: dict
     webhooks: list[tuple[int, frozenset[str]]]   # the active webhooks and the event types each wants
+    lost_reasons: dict[int, LostReason]      # in setup order
 
     @classmethod
     def load(cls, workspace: Workspace, settings: dict) -> "Refs":
@@ -52,6 +53,8 @@ class Refs:
             settings=settings,
             webhooks=[(hook.id, frozenset(hook.events)) for hook in Webhook.select(Webhook.id, Webhook.events)
                       .where((Webhook.workspace == ws) & Webhook.active)],
+            lost_reasons={r.id: r for r in LostReason.select().where(LostReason.workspace == ws)
+                          .order_by(LostReason.position, LostReason.id)},
         )
 
     def webhooks_for(self, event_type: str) -> list[int]:
@@ -74,7 +77,8 @@ class Refs:
         return {"source": {None: None, **{i: ref(r) for i, r in self.sources.items()}},
                 "status": {i: status_ref(r) for i, r in self.statuses.items()},
                 "owner": {None: None, **{i: member_ref(r) for i, r in self.members.items()}},
-                "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}}}
+                "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}},
+                "lost_reason": {None: None, **{i: ref(r) for i, r in self.lost_reasons.items()}}}
 
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
@@ -204,6 +208,8 @@ class LeadSchema(ma.Schema):
     updated_at = UtcDateTime(required=True)
     last_activity_at = UtcDateTime(allow_none=True, required=True)
     status_changed_at = UtcDateTime(required=True)
+    lost_reason = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
+        "description": "Why the lead was lost: set by the move into the lost status it is in; null in any other status."})
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
 
@@ -221,6 +227,45 @@ class LeadDuplicateSchema(ma.Schema):
                    "additionalProperties": False}]})
     duplicate = ma.fields.Boolean(required=True, metadata={"enum": [True]})
     matched_on = ma.fields.List(ma.fields.String(metadata={"enum": ["phone", "email"]}), required=True)
+    updated_fields = ma.fields.List(ma.fields.String(), metadata={
+        "description": "With on_duplicate update or fill_empty: the fields of the lead that changed, named as in "
+                       "PATCH (`first_name`, `custom_fields.budget`); empty when none did."})
+
+
+class BatchItemResultSchema(ma.Schema):
+    index = ma.fields.Integer(required=True, metadata={"description": "The item's position in `leads`, from 0."})
+    status = ma.fields.Integer(required=True, metadata={
+        "enum": [201, 200, 403, 404, 409, 422],
+        "description": "What POST /api/v1/leads would have answered for the item: 201 created, 200 duplicate, "
+                       "403 an upsert without leads:update, 404 an upserted lead that left the caller's scope "
+                       "meanwhile, 409 conflict, 422 invalid."})
+    duplicate = ma.fields.Boolean(required=True)
+    lead = ma.fields.Raw(allow_none=True, required=True, metadata={
+        "description": "The lead (201, 200); only its id for a duplicate when the token lacks leads:read; null "
+                       "when the item failed.",
+        "oneOf": [{"$ref": "#/components/schemas/Lead"},
+                  {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"],
+                   "additionalProperties": False},
+                  {"type": "null"}]})
+    matched_on = ma.fields.List(ma.fields.String(metadata={"enum": ["phone", "email"]}),
+                                metadata={"description": "For a duplicate (200)."})
+    updated_fields = ma.fields.List(ma.fields.String(), metadata={
+        "description": "For a duplicate with on_duplicate update or fill_empty, as in a single create."})
+    errors = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()), allow_none=True,
+                            required=True, metadata={
+                                "description": "Field (or `body`) -> messages, for a failed item; null otherwise."})
+
+
+class BatchMetaSchema(ma.Schema):
+    created = ma.fields.Integer(required=True)
+    duplicates = ma.fields.Integer(required=True)
+    failed = ma.fields.Integer(required=True)
+
+
+class LeadBatchResultSchema(ma.Schema):
+    data = ma.fields.List(ma.fields.Nested(BatchItemResultSchema), required=True,
+                          metadata={"description": "One result per item, in the order sent."})
+    meta = ma.fields.Nested(BatchMetaSchema, required=True)
 
 
 class LeadListMetaSchema(MetaSchema):
@@ -236,6 +281,8 @@ class TransitionSchema(ma.Schema):
     actor = ma.fields.Nested(ActorSchema, required=True)
     at = UtcDateTime(required=True)
     seconds_in_from = ma.fields.Integer(allow_none=True, required=True)
+    lost_reason = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
+        "description": "The reason given with a move to a lost status; null otherwise."})
 
 
 class StatusMoveResultSchema(ma.Schema):
@@ -272,7 +319,7 @@ class AuditEntrySchema(ma.Schema):
 # The columns lead_document reads, for queries that select only what a document needs.
 LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lead.email, Lead.source, Lead.status,
                 Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
-                Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at)
+                Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason)
 
 
 def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
@@ -298,6 +345,7 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
         "updated_at": rfc3339(lead.updated_at),
         "last_activity_at": rfc3339(lead.last_activity_at),
         "status_changed_at": rfc3339(lead.status_changed_at),
+        "lost_reason": related["lost_reason"].get(lead.lost_reason_id),
     }
 
 
@@ -339,7 +387,8 @@ def transition_document(row: Any, actors: ActorNames) -> dict[str, Any]:
     return {"id": row.public_id,
             "from": status_ref(statuses[row.from_status_id]) if row.from_status_id else None,
             "to": status_ref(statuses[row.to_status_id]), "note": row.note, "actor": actors.actor(row),
-            "at": rfc3339(row.at), "seconds_in_from": row.seconds_in_from}
+            "at": rfc3339(row.at), "seconds_in_from": row.seconds_in_from,
+            "lost_reason": ref(actors.refs.lost_reasons.get(row.lost_reason_id))}
 
 
 def audit_document(row: Any, actors: ActorNames) -> dict[str, Any]:

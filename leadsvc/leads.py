@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import marshmallow as ma
 from apispec import BasePlugin
 from flask import g, request
 from flask.views import MethodView
@@ -9,14 +12,15 @@ from flask.views import MethodView
 from . import pipeline
 from .auth import caller, requires, visible_lead_or_404, visible_leads
 from .config import settings
-from .documents import (ActorNames, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema, LeadSchema,
-                        StatusMoveResultSchema, activity_document, etag, json_response, lead_document,
-                        note_document, request_refs, transition_document)
+from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
+                        LeadSchema, Refs, StatusMoveResultSchema, activity_document, etag, json_response,
+                        lead_document, note_document, request_refs, transition_document)
 from .extensions import Blueprint
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
 from .models import Activity, Note
-from .problems import Forbidden
-from .schemas import LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema, one, page_of
+from .problems import Forbidden, Problem, flatten_messages
+from .schemas import (LeadBatchSchema, LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema, one,
+                      page_of)
 
 blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
                 description="Leads in the caller's scope: list, create, read, update, move through the pipeline.")
@@ -53,6 +57,21 @@ def lead_url(public_id: str) -> str:
     return f"{request.script_root}{blp.url_prefix}/{public_id}"
 
 
+def create_answer(data: dict[str, Any], who: pipeline.Actor, refs: Refs) -> tuple[pipeline.Created, dict[str, Any]]:
+    """Create one lead from a checked body: what was done, and the body POST /api/v1/leads answers
+    (a batch item's result holds the same)."""
+    created = pipeline.create_lead(data, who, refs)
+    if not created.duplicate:
+        return created, {"data": lead_document(created.lead, refs), "duplicate": False}
+    # A token that may only create learns which lead the contact is, never what it holds.
+    document = (lead_document(created.lead, refs) if "leads:read" in caller().abilities
+                else {"id": created.lead.public_id})
+    body = {"data": document, "duplicate": True, "matched_on": created.matched_on}
+    if created.updated_fields is not None:
+        body["updated_fields"] = created.updated_fields
+    return created, body
+
+
 @blp.route("")
 class Leads(MethodView):
     @requires("leads:read")
@@ -77,17 +96,42 @@ class Leads(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
-        """Create a lead, or find the duplicate it matches"""
-        refs = request_refs()
-        created = pipeline.create_lead(data, actor(), refs)
+        """Create a lead, or find (and optionally update) the duplicate it matches"""
+        created, body = create_answer(data, actor(), request_refs())
         if created.duplicate:
-            # A token that may only create learns which lead the contact is, never what it holds.
-            document = (lead_document(created.lead, refs) if "leads:read" in caller().abilities
-                        else {"id": created.lead.public_id})
-            return json_response({"data": document, "duplicate": True, "matched_on": created.matched_on}, 200)
-        body = {"data": lead_document(created.lead, refs), "duplicate": False}
+            return json_response(body, 200)
         return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
                                          "ETag": etag(created.lead)})
+
+
+@blp.route("/batch")
+class LeadsBatch(MethodView):
+    @requires("leads:create")
+    @blp.arguments(LeadBatchSchema())
+    @blp.response(200, LeadBatchResultSchema, description="One result per item, in the order sent.")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, batch):
+        """Create up to 100 leads, each as POST /api/v1/leads would, in its own transaction"""
+        # The request is parsed, authenticated, rate limited and given its reference data once;
+        # each item then takes the single create's path.
+        who, refs, schema = actor(), request_refs(), LeadCreateSchema()
+        results, meta = [], {"created": 0, "duplicates": 0, "failed": 0}
+        for index, item in enumerate(batch["leads"]):
+            result = {"index": index, "status": 422, "duplicate": False, "lead": None, "errors": None}
+            try:
+                created, body = create_answer(schema.load(item), who, refs)
+            except ma.ValidationError as exc:
+                result["errors"] = flatten_messages(exc.messages)
+            except Problem as exc:
+                if exc.status >= 500:   # the database, not the item: the request fails
+                    raise
+                result.update(status=exc.status, errors=exc.errors or {"body": [exc.detail or exc.code]})
+            else:
+                result.update(status=200 if created.duplicate else 201, duplicate=created.duplicate, lead=body["data"])
+                result.update({key: body[key] for key in ("matched_on", "updated_fields") if key in body})
+            meta["duplicates" if result["status"] == 200 else "created" if result["status"] == 201 else "failed"] += 1
+            results.append(result)
+        return json_response({"data": results, "meta": meta})
 
 
 @blp.route("/<lead_id:public_id>")
@@ -132,7 +176,7 @@ class LeadResource(MethodView):
             raise Forbidden("Changing the owner needs the leads:assign ability.")
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
-        lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match"))
+        lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match")).lead
         return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
@@ -150,7 +194,7 @@ class LeadStatus(MethodView):
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
         lead, transition = pipeline.move_status(lead, move["status"], move.get("note"), actor(), refs,
-                                                if_match=request.headers.get("If-Match"))
+                                                if_match=request.headers.get("If-Match"), reason=move.get("reason"))
         return json_response({"data": lead_document(lead, refs),
                               "transition": transition_document(transition, ActorNames([transition], refs))},
                              headers={"ETag": etag(lead)})

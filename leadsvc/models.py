@@ -198,6 +198,19 @@ class Rule(BaseModel):
         indexes = ((("workspace", "name"), True), (("workspace", "position"), False))
 
 
+class LostReason(BaseModel):
+    """Why a lead was lost: chosen on a move to a lost status, when the workspace defines any."""
+
+    workspace = pw.ForeignKeyField(Workspace, backref="lost_reasons", on_delete="CASCADE", index=False)
+    public_id = PublicIdField("lr_")
+    name = pw.CharField(max_length=100)
+    position = pw.IntegerField(default=0)
+
+    class Meta:
+        table_name = "lost_reason"
+        indexes = ((("workspace", "name"), True),)
+
+
 class Lead(BaseModel):
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False)
     public_id = PublicIdField("ld_")
@@ -224,6 +237,8 @@ class Lead(BaseModel):
     status_changed_at = pw.DateTimeField(default=utcnow)
     last_activity_at = pw.DateTimeField(null=True)
     activity_sort_at = pw.DateTimeField(default=NEVER)
+    # The reason of the lost status the lead is in; None in any other status (0010).
+    lost_reason = pw.ForeignKeyField(LostReason, null=True, index=False, backref="+")
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -253,6 +268,9 @@ Lead.add_index(Lead.index(Lead.workspace, Lead.phone, unique=True, where=Lead.ph
                           name="lead_workspace_id_phone"))
 Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.email.is_null(False),
                           name="lead_workspace_id_email"))
+# Lost leads by reason, for the conversion report (0010): only the leads that have one.
+Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, where=Lead.lost_reason.is_null(False),
+                          name="lead_workspace_id_lost_reason_id_status_id"))
 # Search by the end of a phone (0008).
 Lead.add_index(Lead.index(Lead.workspace, Lead.phone_reversed, where=Lead.phone_reversed.is_null(False),
                           name="lead_workspace_id_phone_reversed"))
@@ -300,6 +318,7 @@ class Transition(Attributed):
     note = pw.TextField(null=True)
     at = pw.DateTimeField(default=utcnow)
     seconds_in_from = pw.IntegerField(null=True)
+    lost_reason = pw.ForeignKeyField(LostReason, null=True, backref="+", index=False)   # a move to a lost status
 
     class Meta:
         indexes = (
@@ -432,7 +451,7 @@ Delivery.add_index(Delivery.index(Delivery.next_attempt_at, where=Delivery.next_
 
 
 MODELS: list[type[BaseModel]] = [
-    Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, Lead,
+    Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart,
     Webhook, Event, Delivery,
 ]

@@ -18,9 +18,9 @@ from . import events, routing, search
 from .auth import Caller, in_lead_scope, lead_scope, member_scope
 from .db import any_of, for_update, transaction
 from .documents import ActorNames, Refs, activity_document, etag, member_ref, note_document, status_ref, transition_document
-from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, Member, Note, Token, Transition,
-                     Workspace, utcnow)
-from .problems import Conflict, NotFound, PreconditionFailed, ValidationFailed
+from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, LostReason, Member, Note, Status,
+                     Token, Transition, Workspace, utcnow)
+from .problems import Conflict, Forbidden, NotFound, PreconditionFailed, ValidationFailed
 from .schemas import missing_contact, rfc3339
 from .scoring import ENGAGEMENT_POINTS, score_lead
 
@@ -57,6 +57,10 @@ class Actor:
         """Whether the lead, as just read, is in the actor's scope."""
         return self.caller is None or in_lead_scope(self.caller, lead)
 
+    def may(self, ability: str) -> bool:
+        """Whether the actor holds the ability (forms and imports act for the workspace)."""
+        return self.caller is None or ability in self.caller.abilities
+
 
 def actor_for(who: Caller, request_id: str | None) -> Actor:
     """The actor of an API request: its token and member, limited to the caller's scope."""
@@ -68,6 +72,13 @@ class Created:
     lead: Lead
     duplicate: bool
     matched_on: list[str] = field(default_factory=list)
+    updated_fields: list[str] | None = None   # an upsert's changed fields, as PATCH names them
+
+
+@dataclass
+class Updated:
+    lead: Lead
+    changed: list[str]   # PATCH names: first_name, custom_fields.budget, ...
 
 
 # --- validation against the workspace's definitions ------------------------------------------
@@ -230,7 +241,8 @@ def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> t
 
 
 def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
-    """Create a lead (or report the duplicate it matches): validated, routed, scored and audited."""
+    """Create a lead (or report the duplicate it matches, and update it as data["on_duplicate"]
+    says): validated, routed, scored and audited."""
     source = resolve_source(data.get("source"), refs)
     custom = check_custom_fields(data.get("custom_fields") or {}, refs.custom_fields)
     if not refs.statuses:
@@ -286,21 +298,38 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
-    """Record the submission on the lead it duplicates (in the caller's transaction)."""
+    """Record the submission on the lead it duplicates and, for an upsert, update that lead as a
+    PATCH of the fields sent would (in the caller's transaction)."""
     if not actor.sees(lead):
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
+    on_duplicate = data.get("on_duplicate") or "ignore"
+    if on_duplicate != "ignore":
+        if not actor.may("leads:update"):
+            raise Forbidden(f"A lead with this {' and '.join(matched_on)} exists; on_duplicate={on_duplicate} "
+                            "needs the leads:update ability. Nothing was changed.")
+        # Locked before the activity below: its foreign key takes a share lock on the lead, and two
+        # upserts holding that and both waiting for update_lead's exclusive lock would deadlock.
+        lead = _lock(lead, actor)
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
-              {"matched_on": matched_on, "submitted": sent})
+              {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}
+                                                               if on_duplicate != "ignore" else {})})
     events.record(refs, "lead.duplicate_submitted", lead, lambda: {"matched_on": matched_on, "submitted": sent})
-    return Created(lead, duplicate=True, matched_on=matched_on)
+    if on_duplicate == "ignore":
+        return Created(lead, duplicate=True, matched_on=matched_on)
+    updated = update_lead(lead, {name: data[name] for name in CREATE_FIELDS if name in data}, actor, refs,
+                          only_empty=on_duplicate == "fill_empty")
+    return Created(updated.lead, duplicate=True, matched_on=matched_on, updated_fields=updated.changed)
 
 
 # --- update ----------------------------------------------------------------------------------
 
 def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs, *,
-                if_match: str | None = None) -> Lead:
-    """Apply the fields sent; one audit entry with old and new values, none if nothing changed."""
+                if_match: str | None = None, only_empty: bool = False) -> Updated:
+    """Apply the fields sent; one audit entry with old and new values, none if nothing changed.
+
+    only_empty (an upsert's fill_empty): only the fields the lead has empty (null or "") take the
+    value sent, custom fields key by key, judged on the locked row."""
     wanted: dict[str, Any] = {}
     for name in ("first_name", "last_name"):
         if name in changes:
@@ -317,6 +346,9 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
     with transaction():
         current = _lock(lead, actor)
         _check_if_match(current, if_match)
+        if only_empty:
+            wanted = {name: new for name, new in wanted.items() if _stored(current, name) in EMPTY}
+            custom = {key: new for key, new in custom.items() if (current.custom_fields or {}).get(key) in EMPTY}
         diff: dict[str, dict[str, Any]] = {}
         for name, new in wanted.items():
             old = getattr(current, name)
@@ -335,7 +367,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         if errors := missing_contact(current.phone, current.email):
             raise ValidationFailed(errors=errors)
         if not diff:
-            return current
+            return Updated(current, [])
         _check_contact_is_free(current, diff)
         current.custom_fields = merged
         if "phone" in diff:
@@ -370,7 +402,16 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
             events.record(refs, "lead.assigned", current, lambda: {
                 "from": member_ref(refs.by_public_id(refs.members, diff["owner"]["old"])), "to": member_ref(current.owner),
                 "reason": reason})
-    return current
+    return Updated(current, sorted(diff))
+
+
+EMPTY = (None, "")   # what fill_empty fills
+
+
+def _stored(lead: Lead, name: str) -> Any:
+    """A field's stored value; a foreign key's id, without loading the row it names."""
+    field = getattr(Lead, name)
+    return getattr(lead, field.object_id_name if isinstance(field, pw.ForeignKeyField) else name)
 
 
 def _raw(value: Any) -> Any:
@@ -401,12 +442,32 @@ def _check_contact_is_free(lead: Lead, diff: Mapping[str, Any]) -> None:
 
 # --- stage moves -----------------------------------------------------------------------------
 
+def lost_reason_for(target: Status, reason_id: str | None, refs: Refs) -> LostReason | None:
+    """The reason a move to `target` records: required for a lost status when the workspace
+    defines reasons, refused for any other status."""
+    if target.kind != "lost":
+        if reason_id is not None:
+            raise ValidationFailed.field("reason", f"Only a move to a lost status takes a reason; {target.name} is "
+                                                   f"{target.kind}.")
+        return None
+    if reason_id is None:
+        if refs.lost_reasons:
+            names = ", ".join(f"{r.name} ({r.public_id})" for r in refs.lost_reasons.values())
+            raise ValidationFailed.field("reason", f"Say why the lead was lost: one of {names}.")
+        return None
+    reason = refs.by_public_id(refs.lost_reasons, reason_id)
+    if reason is None:
+        raise ValidationFailed.field("reason", "Unknown lost reason; GET /api/v1/lost-reasons lists them.")
+    return reason
+
+
 def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs: Refs, *,
-                if_match: str | None = None) -> tuple[Lead, Transition]:
+                if_match: str | None = None, reason: str | None = None) -> tuple[Lead, Transition]:
     """Move the lead to another status: transition, activity and audit entry in one transaction."""
     target = refs.by_public_id(refs.statuses, status_id)
     if target is None:
         raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
+    lost_reason = lost_reason_for(target, reason, refs)
     with transaction():
         current = _lock(lead, actor)
         _check_if_match(current, if_match)
@@ -421,15 +482,22 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         transition = Transition.create(
             workspace=current.workspace_id, lead=current, from_status=here, to_status=target, note=note,
             at=now, seconds_in_from=max(0, int((now - current.status_changed_at).total_seconds())),
-            **actor.columns())
+            lost_reason=lost_reason, **actor.columns())
+        changes = {"status": {"old": here.public_id, "new": target.public_id}}
+        if current.lost_reason_id != (lost_reason.id if lost_reason else None):   # re-opening clears it
+            old = refs.lost_reasons.get(current.lost_reason_id)
+            changes["lost_reason"] = {"old": plain(old), "new": plain(lost_reason)}
+            current.lost_reason = lost_reason
         current.status, current.status_changed_at = target, now
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)
         current.save()
-        summary = f"Moved from {here.name} to {target.name}." + (f" {note}" if note else "")
+        summary = (f"Moved from {here.name} to {target.name}" + (f" ({lost_reason.name})." if lost_reason else ".")
+                   + (f" {note}" if note else ""))
         _activity(current, actor, "status_changed", summary,
-                  {"from": here.public_id, "to": target.public_id, "transition": transition.public_id})
-        _audit(current, actor, "status_changed", {"status": {"old": here.public_id, "new": target.public_id}})
+                  {"from": here.public_id, "to": target.public_id, "transition": transition.public_id,
+                   **({"lost_reason": lost_reason.public_id} if lost_reason else {})})
+        _audit(current, actor, "status_changed", changes)
         events.record(refs, "lead.status_changed", current, lambda: {
             "from": status_ref(here), "to": status_ref(target),
             "transition": transition_document(transition, ActorNames([transition], refs))})

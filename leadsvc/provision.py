@@ -19,7 +19,7 @@ import peewee as pw
 from marshmallow import validate
 
 from .db import transaction
-from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, Member, Rule,
+from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, LostReason, Member, Rule,
                      Source, Status, Team, Workspace)
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -130,6 +130,10 @@ class FormItem(ma.Schema):
                                      load_default=list)
 
 
+class LostReasonItem(ma.Schema):
+    name = _name()
+
+
 class SetupFile(ma.Schema):
     workspace = ma.fields.Nested(WorkspaceSection, required=True)
     teams = ma.fields.List(ma.fields.Nested(TeamItem), load_default=list)
@@ -139,6 +143,7 @@ class SetupFile(ma.Schema):
     custom_fields = ma.fields.List(ma.fields.Nested(CustomFieldItem), load_default=list)
     rules = ma.fields.List(ma.fields.Nested(RuleItem), load_default=list)
     forms = ma.fields.List(ma.fields.Nested(FormItem), load_default=list)
+    lost_reasons = ma.fields.List(ma.fields.Nested(LostReasonItem), load_default=list)
 
 
 # --- reading and checking --------------------------------------------------------------------
@@ -198,7 +203,8 @@ def _duplicates(items: list[dict], key: str, section: str) -> list[str]:
 def _check_references(data: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for section, key in (("teams", "name"), ("members", "email"), ("statuses", "name"),
-                         ("sources", "name"), ("custom_fields", "name"), ("rules", "name"), ("forms", "name")):
+                         ("sources", "name"), ("custom_fields", "name"), ("rules", "name"), ("forms", "name"),
+                         ("lost_reasons", "name")):
         problems += _duplicates(data[section], key, section)
 
     existing = Workspace.get_or_none(Workspace.name == data["workspace"]["name"])
@@ -271,11 +277,12 @@ class SetupResult:
     custom_fields: dict[str, str] = field(default_factory=dict)
     rules: dict[str, str] = field(default_factory=dict)
     forms: dict[str, str] = field(default_factory=dict)
+    lost_reasons: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"workspace": self.workspace, "teams": self.teams, "members": self.members,
                 "statuses": self.statuses, "sources": self.sources, "custom_fields": self.custom_fields,
-                "rules": self.rules, "forms": self.forms}
+                "rules": self.rules, "forms": self.forms, "lost_reasons": self.lost_reasons}
 
 
 def _upsert(model, workspace: Workspace, lookup: dict[str, Any], values: dict[str, Any]):
@@ -372,4 +379,13 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
             row = _upsert(Form, workspace, {"name": item["name"]},
                           {"source": source, "allowed_origins": item["allowed_origins"]})
             result.forms[item["name"]] = row.public_id
+
+        # In the file's order; reasons it leaves out keep theirs, after the listed ones.
+        listed = [item["name"] for item in data["lost_reasons"]]
+        unlisted = (LostReason.select().where((LostReason.workspace == workspace.id) & LostReason.name.not_in(listed))
+                    .order_by(LostReason.position, LostReason.id)) if listed else []
+        for position, name in enumerate([*listed, *(reason.name for reason in unlisted)], start=1):
+            row = _upsert(LostReason, workspace, {"name": name}, {"position": position})
+            if name in listed:
+                result.lost_reasons[name] = row.public_id
     return result

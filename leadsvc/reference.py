@@ -1,5 +1,5 @@
 """Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields,
-forms)."""
+lost reasons, forms)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from flask.views import MethodView
 
 from .auth import caller, requires
 from .extensions import Blueprint
-from .models import CustomField, Form, Member, Source, Status, Team
-from .schemas import (CustomFieldSchema, FormSchema, MemberSchema, SourceSchema, StatusSchema, TeamSchema, page_of,
-                      whole_page)
+from .models import CustomField, Form, LostReason, Member, Source, Status, Team
+from .schemas import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, SourceSchema, StatusSchema,
+                      TeamSchema, page_of, whole_page)
 
 blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Reference data of the caller's workspace.")
 
@@ -69,6 +69,16 @@ class CustomFields(MethodView):
         """List the custom fields a lead may carry"""
         return whole_page(CustomField.select().where(CustomField.workspace == caller().workspace.id)
                           .order_by(CustomField.position, CustomField.name))
+
+
+@blp.route("/lost-reasons")
+class LostReasons(MethodView):
+    @requires()
+    @blp.response(200, page_of(LostReasonSchema))
+    def get(self):
+        """List the reasons a move to a lost status may give"""
+        return whole_page(LostReason.select().where(LostReason.workspace == caller().workspace.id)
+                          .order_by(LostReason.position, LostReason.id))
 
 
 @blp.route("/forms")

@@ -167,12 +167,21 @@ class OwnerOutcomeSchema(OutcomeSchema):
     owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
 
 
+class LostReasonCountSchema(ma.Schema):
+    lost_reason = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
+        "description": "null: lost leads without a reason (lost before the workspace defined reasons)."})
+    count = ma.fields.Integer(required=True, metadata={"description": "Leads in a lost status with this reason."})
+
+
 class ConversionSchema(ma.Schema):
     overall = ma.fields.Nested(OutcomeSchema, required=True)
     by_source = ma.fields.List(ma.fields.Nested(SourceOutcomeSchema), required=True,
                                metadata={"description": "Sources with at least one lead, by name; no source last."})
     by_owner = ma.fields.List(ma.fields.Nested(OwnerOutcomeSchema), required=True,
                               metadata={"description": "Owners with at least one lead, by name; no owner last."})
+    by_lost_reason = ma.fields.List(ma.fields.Nested(LostReasonCountSchema), required=True, metadata={
+        "description": "The leads now lost, by the reason of their move: every reason of the workspace in its "
+                       "order, then lost leads without a reason (if any)."})
 
 
 # --- the reports -----------------------------------------------------------------------------
@@ -230,7 +239,7 @@ def velocity(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, A
 
 
 def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
-    """won / (won + lost) by each lead's current status: overall, by source and by owner."""
+    """won / (won + lost) by each lead's current status: overall, by source and by owner; lost leads by reason."""
     groups = scoped(Lead.select(Lead.status, Lead.source, Lead.owner, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs) \
         .group_by(Lead.status, Lead.source, Lead.owner).tuples()
     overall: dict[str, int] = {"open": 0, "won": 0, "lost": 0}
@@ -248,12 +257,23 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
     def by_name(table: dict[int, Any]):
         return lambda item: (item[0] is None, table[item[0]].name if item[0] is not None else "", item[0] or 0)
 
+    # Only lost leads with a reason are in the partial index this reads (0010).
+    lost_statuses = [status.id for status in refs.statuses.values() if status.kind == "lost"] or [0]
+    reasons = dict(scoped(Lead.select(Lead.lost_reason, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs)
+                   .where(Lead.lost_reason.is_null(False) & Lead.status.in_(lost_statuses))
+                   .group_by(Lead.lost_reason).tuples())
+    by_lost_reason = [{"lost_reason": ref(reason), "count": reasons.get(reason_id, 0)}
+                      for reason_id, reason in refs.lost_reasons.items()]
+    if without := overall["lost"] - sum(reasons.values()):
+        by_lost_reason.append({"lost_reason": None, "count": without})
+
     return {
         "overall": outcome(overall),
         "by_source": [{"source": ref(refs.sources.get(key)), **outcome(tally)}
                       for key, tally in sorted(by_source.items(), key=by_name(refs.sources))],
         "by_owner": [{"owner": member_ref(refs.members.get(key)), **outcome(tally)}
                      for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
+        "by_lost_reason": by_lost_reason,
     }
 
 
@@ -288,5 +308,5 @@ class Conversion(MethodView):
     @blp.response(200, one(ConversionSchema))
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
-        """Won rate overall, by source and by owner"""
+        """Won rate overall, by source and by owner; lost leads by reason"""
         return json_response({"data": conversion(caller(), filters, request_refs())})

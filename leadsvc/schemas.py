@@ -36,6 +36,10 @@ class TeamSchema(RefSchema):
     pass
 
 
+class LostReasonSchema(RefSchema):
+    position = ma.fields.Integer(required=True)
+
+
 class SourceSchema(RefSchema):
     score = ma.fields.Integer(required=True, metadata={"description": "Points a lead from this source scores."})
 
@@ -255,6 +259,10 @@ class SchemaKeywordsPlugin(BasePlugin):
         return dict(getattr(meta, "json_schema", {}))
 
 
+# What a create does with the lead its phone or e-mail matches (the first is the default).
+ON_DUPLICATE = ("ignore", "update", "fill_empty")
+
+
 class LeadCreateSchema(ma.Schema):
     first_name = Text(NAME_LENGTH)
     last_name = Text(NAME_LENGTH)
@@ -263,6 +271,11 @@ class LeadCreateSchema(ma.Schema):
     source = PublicId("src_")
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues()
+    on_duplicate = ma.fields.String(validate=ma.validate.OneOf(ON_DUPLICATE), metadata={
+        "description": "What to do when the phone or e-mail matches a lead: `ignore` (the default) leaves it as it "
+                       "is; `update` replaces its fields with the ones sent, as a PATCH would; `fill_empty` fills "
+                       "only its empty fields (custom fields key by key). Both need the leads:update ability "
+                       "(403 when a duplicate is found without it; nothing changes)."})
 
     class Meta:
         json_schema = PHONE_OR_EMAIL
@@ -271,6 +284,22 @@ class LeadCreateSchema(ma.Schema):
     def _phone_or_email(self, data, **kwargs):
         if errors := missing_contact(data.get("phone"), data.get("email")):
             raise ma.ValidationError(errors)
+
+
+MAX_BATCH = 100
+
+
+class LeadBatchSchema(ma.Schema):
+    # Items are read one by one, each as a create body: an item that is not valid fails alone (its
+    # result is a 422) and the others go in.
+    leads = ma.fields.List(ma.fields.Raw(), required=True, validate=ma.validate.Length(
+        1, MAX_BATCH, error=f"Send 1 to {MAX_BATCH} leads."))
+
+    class Meta:
+        # The items' shape is a create body's, though each is checked on its own.
+        json_schema = {"properties": {"leads": {
+            "type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": {"$ref": "#/components/schemas/LeadCreate"},
+            "description": "Each item is a body of POST /api/v1/leads (`on_duplicate` included)."}}}
 
 
 class LeadPatchSchema(ma.Schema):
@@ -298,6 +327,9 @@ class LeadPatchSchema(ma.Schema):
 class StatusMoveSchema(ma.Schema):
     status = PublicId("st_", required=True)
     note = Text(NOTE_LENGTH, allow_none=True)
+    reason = PublicId("lr_", metadata={
+        "description": "Why the lead was lost (GET /api/v1/lost-reasons): required on a move to a lost status "
+                       "when the workspace defines reasons; refused on a move to any other status."})
 
 
 class LeadReadQuery(ma.Schema):
@@ -381,7 +413,7 @@ class FormSubmissionSchema(LeadCreateSchema):
                        "like a success and dropped."})
 
     class Meta:
-        exclude = ("source", "estimated_value")
+        exclude = ("source", "estimated_value", "on_duplicate")
         json_schema = PHONE_OR_EMAIL
 
 

@@ -35,7 +35,7 @@ import peewee as pw
 from . import routing
 from .db import database, is_postgres, transaction
 from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, LeadNamePart,
-                     Member, Rule, Source, Status, Transition, Workspace, utcnow)
+                     LostReason, Member, Rule, Source, Status, Transition, Workspace, utcnow)
 from .scoring import ENGAGEMENT_POINTS, score_lead
 from .search import name_parts, phone_reversed
 
@@ -194,10 +194,10 @@ class _Writer:
 LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "phone", "email", "source_id",
                 "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
                 "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
-                "activity_sort_at", "phone_reversed")
+                "activity_sort_at", "phone_reversed", "lost_reason_id")
 NAME_PART_COLUMNS = ("lead_id", "workspace_id", "part")
 TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
-                      "seconds_in_from")
+                      "seconds_in_from", "lost_reason_id")
 ACTIVITY_COLUMNS = ("workspace_id", "public_id", "lead_id", "kind", "summary", "data", "occurred_at", "created_at")
 
 
@@ -239,6 +239,8 @@ class Generator:
             raise ValueError("The workspace has no pipeline statuses.")
         self.pipeline = _pipeline(statuses)
         self.kind = {s.id: s.kind for s in statuses}
+        self.lost_reasons = [_plain(r, "id", "public_id", "name") for r in LostReason.select()
+                             .where(LostReason.workspace == ws).order_by(LostReason.position, LostReason.id)]
         self.sources = [_plain(s, "id", "public_id", "name", "score")
                         for s in Source.select().where(Source.workspace == ws).order_by(Source.id)]
         self.source_weights = list(itertools.accumulate(max(1, 30 - 4 * i) for i in range(len(self.sources))))   # cumulative
@@ -320,10 +322,10 @@ class Generator:
         # The pipeline walk: forward step by step, sometimes lost, sometimes reopened; no move is
         # later than now, so young leads are early in the pipeline.
         pipeline = self.pipeline
-        status, at, stage = pipeline.forward[0], created, 0
-        transitions.append((ws, new_id("tr_"), lead_id, None, status.id, None, created_text, None))
+        status, at, stage, lost_reason = pipeline.forward[0], created, 0, None
+        transitions.append((ws, new_id("tr_"), lead_id, None, status.id, None, created_text, None, None))
         while True:
-            roll = rng.random()
+            roll, reason = rng.random(), None
             if self.kind[status.id] == "lost":
                 target = pipeline.reopen.get(status.id) if roll < REOPEN else None
                 stage = 0
@@ -331,6 +333,9 @@ class Generator:
                 target = None
             elif roll < STAY_AT_STAGE + LOST_AT_STAGE:
                 target = pipeline.lost.get(status.id)
+                if self.lost_reasons:   # from the same draw: the rest of the random stream stays as it was
+                    reasons = self.lost_reasons
+                    reason = reasons[min(len(reasons) - 1, int((roll - STAY_AT_STAGE) / LOST_AT_STAGE * len(reasons)))]
             else:
                 target = pipeline.forward[stage + 1]
                 stage += 1
@@ -341,13 +346,14 @@ class Generator:
                 break
             transition_id, moved_text = new_id("tr_"), _time(moved)
             transitions.append((ws, transition_id, lead_id, status.id, target.id, None, moved_text,
-                                int((moved - at).total_seconds())))
+                                int((moved - at).total_seconds()), reason.id if reason else None))
             # Public ids are base62: nothing in them needs JSON escaping.
             activities.append((ws, new_id("act_"), lead_id, "status_changed",
-                               f"Moved from {status.name} to {target.name}.",
+                               f"Moved from {status.name} to {target.name}" + (f" ({reason.name})." if reason else "."),
                                f'{{"from":"{status.public_id}","to":"{target.public_id}",'
-                               f'"transition":"{transition_id}"}}', moved_text, moved_text))
-            status, at = target, moved
+                               f'"transition":"{transition_id}"'
+                               + (f',"lost_reason":"{reason.public_id}"}}' if reason else "}"), moved_text, moved_text))
+            status, at, lost_reason = target, moved, reason
 
         # Calls and messages while the lead is worked: up to a month after its last move.
         engagement, last_activity = 0, None
@@ -370,7 +376,8 @@ class Generator:
         out["lead"].append((lead_id, ws, new_id("ld_"), first, last, phone, email, source.id if source else None,
                             status.id, owner.id, owner.team_id, None if value is None else str(value),
                             _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
-                            _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone)))
+                            _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone),
+                            lost_reason.id if lost_reason else None))
         out["name_part"].extend((lead_id, ws, part) for part in name_parts(first, last))
 
 

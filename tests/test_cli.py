@@ -116,6 +116,9 @@ assign = {{ member = "asha@acme.test" }}
 [[forms]]
 name = "Enquiry"
 source = "Website"
+
+[[lost_reasons]]
+name = "Price"
 """
 
 
@@ -123,10 +126,11 @@ def test_setup_json_prints_every_id_by_name(run_cli, tmp_path):
     path = tmp_path / "acme.toml"
     path.write_text(SETUP_FILE.format(name="CLI Acme"))
     body = json.loads(ok(run_cli("setup", str(path), "--json")).stdout)
-    assert list(body) == ["workspace", "teams", "members", "statuses", "sources", "custom_fields", "rules", "forms"]
+    assert list(body) == ["workspace", "teams", "members", "statuses", "sources", "custom_fields", "rules", "forms",
+                          "lost_reasons"]
     assert body["workspace"].startswith("ws_")
     prefixes = {"teams": "team_", "members": "mem_", "statuses": "st_", "sources": "src_",
-                "custom_fields": "cf_", "rules": "rule_", "forms": "form_"}
+                "custom_fields": "cf_", "rules": "rule_", "forms": "form_", "lost_reasons": "lr_"}
     for section, prefix in prefixes.items():
         assert body[section] and all(pid.startswith(prefix) for pid in body[section].values()), section
     assert list(body["members"]) == ["asha@acme.test"]

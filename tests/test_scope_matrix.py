@@ -37,7 +37,8 @@ class Endpoint:
     # What a success shows, and so what is checked: "lead" (data is the addressed lead), "leads" (a
     # page of leads: exactly the caller's scope), "created" (a new lead, in the caller's workspace),
     # "reference" (one workspace's reference data), "other" (the status and that no lead outside
-    # the scope leaks into the body: notes, history, reports, CSV).
+    # the scope leaks into the body: notes, history, reports, CSV), "batch" (each item's new lead, in the
+    # caller's workspace).
     shows: str = "lead"
 
     def __str__(self) -> str:
@@ -55,6 +56,8 @@ class Endpoint:
 ENDPOINTS = [
     Endpoint("GET", "/api/v1/leads", "leads:read", shows="leads"),
     Endpoint("POST", "/api/v1/leads", "leads:create", new_lead, success=201, shows="created"),
+    Endpoint("POST", "/api/v1/leads/batch", "leads:create", lambda t: {"leads": [new_lead(t), new_lead(t)]},
+             shows="batch"),
     Endpoint("GET", "/api/v1/leads/{lead}", "leads:read"),
     Endpoint("GET", "/api/v1/leads/{lead}?include=activities,notes", "leads:read"),
     Endpoint("PATCH", "/api/v1/leads/{lead}", "leads:update", lambda t: {"first_name": "Renamed"}),
@@ -86,6 +89,7 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/webhooks/{webhook}/deliveries", "webhooks:manage", shows="other"),
     Endpoint("POST", "/api/v1/webhooks/{webhook}/deliveries/{delivery}/replay", "webhooks:manage", success=202,
              shows="other"),
+    Endpoint("GET", "/api/v1/lost-reasons", None, shows="reference"),
 ]
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
 
@@ -138,8 +142,13 @@ class World:
 def tenants(database_url) -> tuple[Tenant, Tenant]:
     """Two workspaces for the whole module (their tokens are cached): the matrix has many rows."""
     database.initialize(make_database(database_url))
-    return tuple(Tenant(apply_setup(parse_setup(standard_setup(f"Matrix {uuid.uuid4().hex[:10]}"))))
+    return tuple(Tenant(apply_setup(parse_setup(with_lost_reasons(standard_setup(f"Matrix {uuid.uuid4().hex[:10]}")))))
                  for _ in range(2))
+
+
+def with_lost_reasons(data: dict) -> dict:
+    """Reference data of every kind, lost reasons too (moves in the matrix never go to Lost)."""
+    return {**data, "lost_reasons": [{"name": "Budget"}, {"name": "Timing"}]}
 
 
 @pytest.fixture
@@ -198,12 +207,19 @@ def assert_within_scope(response, endpoint: Endpoint, caller: str, world: World,
         workspace = world.other_ws if caller == "foreign" else world.ws
         created = Lead.get(Lead.public_id == data["id"])
         assert created.workspace_id == Workspace.get(Workspace.public_id == workspace.public_id).id
+    elif endpoint.shows == "batch":
+        workspace = world.other_ws if caller == "foreign" else world.ws
+        created = [item["lead"]["id"] for item in data]
+        assert [item["status"] for item in data] == [201, 201]
+        assert all(lead.workspace_id == Workspace.get(Workspace.public_id == workspace.public_id).id
+                   for lead in Lead.select().where(Lead.public_id.in_(created)))
     elif endpoint.shows == "reference":
         ids = {row["id"] for row in data}
         theirs = world.ws if caller == "foreign" else world.other_ws
         assert ids and not ids & all_ids(theirs), "reference data of one workspace only"
     if caller == "foreign" or endpoint.shows in ("leads", "other"):
         allowed = visible_ids(caller, world) | ({data["id"]} if endpoint.shows == "created" else set())
+        allowed |= {item["lead"]["id"] for item in data} if endpoint.shows == "batch" else set()
         assert_shows_no_lead(response, world, except_ids=allowed)
 
 
@@ -234,7 +250,7 @@ def assert_shows_no_lead(response, world: World, except_ids) -> None:
 def all_ids(tenant: Tenant) -> set[str]:
     ids = tenant.ids
     return {tenant.public_id, *ids.teams.values(), *ids.members.values(), *ids.statuses.values(),
-            *ids.sources.values(), *ids.custom_fields.values()}
+            *ids.sources.values(), *ids.custom_fields.values(), *ids.lost_reasons.values()}
 
 
 # --- rules the matrix cannot show row by row -----------------------------------------------------

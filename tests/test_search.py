@@ -250,7 +250,7 @@ def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path
         Lead.insert(workspace=workspace, public_id="ld_" + "C" * 22, email="x@y.test", status=status,
                     custom_fields={}, score_reasons=[]).execute()
     with db.atomic():
-        assert runner.up(target="0008_search") == ["0008_search"]
+        assert runner.up()[0] == "0008_search"   # and the later ones, which the models below need
     with db.bind_ctx([Lead, LeadNamePart]):
         rows = {lead.public_id[3]: lead for lead in Lead.select()}
         assert rows["B"].phone_reversed == "012345678919" and rows["C"].phone_reversed is None

@@ -25,16 +25,25 @@ end
 
 local interests = {"2bhk", "3bhk", "villa", "plot"}
 
+-- A random mobile after the prefix (+9197 here; bench/wrk/batch.lua uses another range).
+function new_phone(prefix)
+  return string.format("%s%04d%04d", prefix, math.random(0, 9999), math.random(0, 9999))
+end
+
+-- A create body (JSON) for the phone.
+function lead_json(phone)
+  return string.format(
+    '{"first_name":"Bench","last_name":"Lead","phone":"%s","source":"%s","estimated_value":%d,' ..
+    '"custom_fields":{"product_interest":"%s"}}',
+    phone, sources[math.random(#sources)], math.random(20, 300) * 100000, interests[math.random(#interests)])
+end
+
 function request()
   local phone
   if #duplicates > 0 and math.random() < duplicate_share then
     phone = duplicates[math.random(#duplicates)]
   else
-    phone = string.format("+9197%04d%04d", math.random(0, 9999), math.random(0, 9999))
+    phone = new_phone("+9197")
   end
-  local body = string.format(
-    '{"first_name":"Bench","last_name":"Lead","phone":"%s","source":"%s","estimated_value":%d,' ..
-    '"custom_fields":{"product_interest":"%s"}}',
-    phone, sources[math.random(#sources)], math.random(20, 300) * 100000, interests[math.random(#interests)])
-  return wrk.format("POST", nil, nil, body)
+  return wrk.format("POST", nil, nil, lead_json(phone))
 end
