@@ -533,5 +533,6 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
         current.save()
         changes = {name: {"old": plain(old), "new": plain(getattr(current, name))}
                    for name, old in before.items() if old != getattr(current, name)}
-        record_audit(current, actor, "activity_logged", {"activity": {"old": None, "new": activity.public_id}, **changes})
+        record_audit(current, actor, "activity_logged",
+                     {"activity": {"old": None, "new": activity.public_id}, **changes})
     return current, activity

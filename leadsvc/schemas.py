@@ -283,16 +283,11 @@ class ConsentGivenSchema(ma.Schema):
             raise ma.ValidationError("Say what the person consented to: the purpose is empty.")
 
 
-class LeadCreateSchema(ma.Schema):
-    first_name = Text(NAME_LENGTH)
-    last_name = Text(NAME_LENGTH)
+class PhoneOrEmailSchema(ma.Schema):
+    """A person's phone or e-mail, or both: a lead's contact, or who a privacy request is about."""
+
     phone = IndianMobile(metadata={"example": "+919876543210"})
     email = LowerEmail(metadata={"example": "asha@example.com"})
-    source = PublicId("src_")
-    estimated_value = Money(allow_none=True)
-    custom_fields = CustomFieldValues()
-    consent = ma.fields.Nested(ConsentGivenSchema, metadata={
-        "description": "Records the person's consent (on the lead matched, for a duplicate)."})
 
     class Meta:
         json_schema = PHONE_OR_EMAIL
@@ -301,6 +296,16 @@ class LeadCreateSchema(ma.Schema):
     def _phone_or_email(self, data, **kwargs):
         if errors := missing_contact(data.get("phone"), data.get("email")):
             raise ma.ValidationError(errors)
+
+
+class LeadCreateSchema(PhoneOrEmailSchema):
+    first_name = Text(NAME_LENGTH)
+    last_name = Text(NAME_LENGTH)
+    source = PublicId("src_")
+    estimated_value = Money(allow_none=True)
+    custom_fields = CustomFieldValues()
+    consent = ma.fields.Nested(ConsentGivenSchema, metadata={
+        "description": "Records the person's consent (on the lead matched, for a duplicate)."})
 
 
 class LeadPatchSchema(ma.Schema):
@@ -440,24 +445,9 @@ class EraseSchema(ma.Schema):
             raise ma.ValidationError("Say why: the reason is empty.")
 
 
-class PersonErasureSchema(EraseSchema):
-    phone = IndianMobile()
-    email = LowerEmail()
-
-    class Meta:
-        json_schema = PHONE_OR_EMAIL
-
-    @ma.validates_schema
-    def _phone_or_email(self, data, **kwargs):
-        if errors := missing_contact(data.get("phone"), data.get("email")):
-            raise ma.ValidationError(errors)
+class PersonErasureSchema(PhoneOrEmailSchema, EraseSchema):
+    """Who to erase (every lead with this phone or this e-mail), and why."""
 
 
-class SubjectQuery(ma.Schema):
-    phone = IndianMobile()
-    email = LowerEmail(metadata={"description": "Case-insensitive."})
-
-    @ma.validates_schema
-    def _phone_or_email(self, data, **kwargs):
-        if errors := missing_contact(data.get("phone"), data.get("email")):
-            raise ma.ValidationError(errors)
+class SubjectQuery(PhoneOrEmailSchema):
+    """Who a subject access request is about (an e-mail in any case)."""
