@@ -7,7 +7,6 @@ import collections
 import contextlib
 import functools
 import importlib.util
-import json
 import operator
 import sqlite3
 import threading
@@ -21,6 +20,8 @@ import peewee as pw
 from flask import Flask
 from playhouse.migrations import Migration, Runner
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+
+from . import jsoncodec
 
 # Every model binds to this proxy; create_app points it at the configured database.
 database = pw.DatabaseProxy()
@@ -72,6 +73,9 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
         })
         _sqlite_writers[db] = (threading.RLock(), busy_timeout_ms / 1000)
         return db
+    # psycopg's documented hook for reading json and jsonb columns; process-wide, like the pool.
+    from psycopg.types.json import set_json_loads
+    set_json_loads(jsoncodec.decode)
     return PooledPostgresqlDatabase(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
         password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
@@ -172,13 +176,10 @@ def _conversion(field: pw.Field, sqlite: bool) -> Callable[[Any], Any] | None:
     if sqlite and isinstance(field, pw.DateTimeField):
         return datetime.fromisoformat
     if sqlite and isinstance(field, pw.JSONField):
-        return _json_decode
+        return jsoncodec.decode
     if isinstance(field, (pw.DecimalField, pw.BooleanField)):
         return field.python_value
     return None
-
-
-_json_decode = json.JSONDecoder().decode
 
 
 _row_readers: dict[tuple, Callable[[tuple], Any]] = {}

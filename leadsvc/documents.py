@@ -13,13 +13,13 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import marshmallow as ma
 from flask import Response, g
 
+from . import jsoncodec
 from .db import database
 from .models import Consent, CustomField, Form, Lead, Member, Rule, Source, Status, Team, Token, Workspace
 from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
@@ -107,13 +107,9 @@ def request_refs() -> Refs:
     return refs
 
 
-# One encoder for every response: json.dumps with options builds a new one per call.
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
 def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """A JSON response from a document that is already plain data (no second serialization pass)."""
-    response = Response(_encode(payload), status=status, mimetype="application/json")
+    response = Response(jsoncodec.encode(payload), status=status, mimetype="application/json")
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
