@@ -349,7 +349,8 @@ class Note(Attributed):
 
 
 class AuditEntry(Attributed):
-    """Append-only: rows are inserted, never updated or deleted by the service."""
+    """Append-only: rows are inserted, never deleted, and updated only by an erasure, which
+    replaces the personal values in `changes` (privacy.py)."""
 
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("aud_")
