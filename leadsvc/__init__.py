@@ -8,7 +8,7 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, problems,
+from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, privacy, problems,
                reference, reports, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
@@ -62,8 +62,8 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                                                          leads.ConditionalRequestsPlugin()]})
     problems.init_app(app)
     register_converters(app, api)
-    for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, reports.blp, reference.blp, forms.blp,
-                      webhooks.blp):
+    for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, privacy.blp, reports.blp, reference.blp,
+                      forms.blp, webhooks.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)

@@ -20,12 +20,17 @@ from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, u
 from .problems import Forbidden, NotFound, Unauthenticated
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
-             "notes:write", "activities:write", "reports:read", "audit:read", "webhooks:manage")
+             "notes:write", "activities:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage")
 ALL = "*"
+# Abilities only an admin can exercise, whatever its token says: they act on the whole workspace.
+ADMIN_ONLY = frozenset({"webhooks:manage", "privacy:manage"})
 # Abilities an agent can never exercise, whatever its token says.
-AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"})
-# Abilities only an admin exercises: they act on the whole workspace.
-ADMIN_ONLY = frozenset({"webhooks:manage"})
+AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"}) | ADMIN_ONLY
+
+
+def excluded_for(role: str) -> frozenset[str]:
+    """The abilities a member of this role can never exercise."""
+    return frozenset() if role == "admin" else AGENT_EXCLUDED if role == "agent" else ADMIN_ONLY
 
 TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
@@ -53,14 +58,7 @@ def hash_token(secret: str) -> str:
 
 def effective_abilities(role: str, granted: Iterable[str]) -> frozenset[str]:
     abilities = set(ABILITIES) if ALL in granted else set(granted) & set(ABILITIES)
-    return frozenset(abilities - barred_abilities(role))
-
-
-def barred_abilities(role: str) -> frozenset[str]:
-    """The abilities a member of this role never exercises, whatever its token says."""
-    if role == "admin":
-        return frozenset()
-    return ADMIN_ONLY | (AGENT_EXCLUDED if role == "agent" else frozenset())
+    return frozenset(abilities - excluded_for(role))
 
 
 def check_grant(role: str, abilities: Iterable[str]) -> list[str]:
@@ -71,7 +69,7 @@ def check_grant(role: str, abilities: Iterable[str]) -> list[str]:
     unknown = [a for a in wanted if a != ALL and a not in ABILITIES]
     if unknown:
         raise ValueError(f"Unknown abilities: {', '.join(unknown)}. Known: {', '.join(ABILITIES)}, or *.")
-    if barred := barred_abilities(role).intersection(wanted):
+    if barred := excluded_for(role).intersection(wanted):
         raise ValueError(f"{role.capitalize()}s cannot hold {', '.join(sorted(barred))}.")
     return wanted
 

@@ -1,4 +1,5 @@
-"""The `leadsvc` command: serve, worker, migrate, setup, demo, tokens, webhooks, import, openapi, check."""
+"""The `leadsvc` command: serve, worker, migrate, setup, demo, tokens, webhooks, import, erase, subject, openapi,
+check."""
 
 from __future__ import annotations
 
@@ -505,6 +506,72 @@ def import_leads(ctx: click.Context, file: str, workspace_id: str, on_duplicate:
             click.echo(f"  row {error['row']}, {error['field']}: {error['message']}")
     if report.failed_rows:
         ctx.exit(1)
+
+
+def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str | None):
+    """The workspace and the person's phone and e-mail, normalized as the API normalizes them."""
+    import marshmallow as ma
+
+    from .models import Workspace
+    from .schemas import SubjectQuery
+
+    _migrated_app(ctx)
+    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
+    if workspace is None:
+        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+    try:
+        person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
+    except ma.ValidationError as exc:
+        raise click.ClickException(" ".join(f"--{field}: {' '.join(messages)}"
+                                            for field, messages in exc.messages.items())) from None
+    return workspace, person.get("phone"), person.get("email")
+
+
+def _refs(ctx: click.Context, workspace):
+    from .documents import cached_refs
+
+    return cached_refs(workspace, _app(ctx).config["LEADSVC"])
+
+
+@cli.command()
+@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--phone", help="The person's mobile number, in any spelling the API accepts.")
+@click.option("--email", help="The person's e-mail address (case-insensitive).")
+@click.option("--reason", required=True, help="Why (kept in each erased lead's audit entry).")
+@click.option("--json", "as_json", is_flag=True, help="Print the erased lead ids as one JSON object.")
+@click.pass_context
+def erase(ctx: click.Context, workspace_id: str, phone: str | None, email: str | None, reason: str,
+          as_json: bool) -> None:
+    """Erase the personal data of every lead with this phone or e-mail (DPDP Act erasure)."""
+    import uuid
+
+    from .pipeline import Actor
+    from .privacy import erase_person
+
+    workspace, phone, email = _person(ctx, workspace_id, phone, email)
+    if not reason.strip():
+        raise click.ClickException("--reason: say why the person's data is erased.")
+    actor = Actor(workspace=workspace, request_id=f"cli-{uuid.uuid4().hex[:16]}", via="cli")
+    erased = erase_person(phone, email, reason.strip(), actor, _refs(ctx, workspace))
+    if as_json:
+        _print_json({"erased": erased})
+    elif erased:
+        click.echo(f"Erased {len(erased)} lead(s): {', '.join(erased)}")
+    else:
+        click.echo("No lead has this phone or e-mail; nothing was erased.")
+
+
+@cli.command()
+@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--phone", help="The person's mobile number, in any spelling the API accepts.")
+@click.option("--email", help="The person's e-mail address (case-insensitive).")
+@click.pass_context
+def subject(ctx: click.Context, workspace_id: str, phone: str | None, email: str | None) -> None:
+    """Print, as JSON, everything the workspace holds about a person (DPDP Act access request)."""
+    from .privacy import subject_document
+
+    workspace, phone, email = _person(ctx, workspace_id, phone, email)
+    _print_json(subject_document(workspace, phone, email, _refs(ctx, workspace)))
 
 
 @cli.command()

@@ -21,7 +21,8 @@ from flask import Response, g
 
 from . import jsoncodec
 from .db import database
-from .models import CustomField, Form, Lead, LostReason, Member, Rule, Source, Status, Team, Token, Webhook, Workspace
+from .models import (Consent, CustomField, Form, Lead, LostReason, Member, Rule, Source, Status, Team, Token,
+                     Webhook, Workspace)
 from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
 from .scoring import band
 
@@ -146,9 +147,9 @@ def etag(lead: Any) -> str:
 # --- what the documents look like --------------------------------------------------------------
 
 class ContactSchema(ma.Schema):
-    first_name = ma.fields.String(required=True)
-    last_name = ma.fields.String(required=True)
-    full_name = ma.fields.String(required=True)
+    first_name = ma.fields.String(allow_none=True, required=True, metadata={"description": "Null once erased."})
+    last_name = ma.fields.String(allow_none=True, required=True, metadata={"description": "Null once erased."})
+    full_name = ma.fields.String(allow_none=True, required=True, metadata={"description": "Null once erased."})
     phone = ma.fields.String(allow_none=True, required=True, metadata={"description": "E.164"})
     email = ma.fields.String(allow_none=True, required=True)
 
@@ -174,11 +175,14 @@ class ActorSchema(ma.Schema):
     member = ma.fields.Nested(MemberRefSchema, allow_none=True)
 
 
+ERASED_NOTE = "Null once the lead is erased."
+
+
 class ActivitySchema(ma.Schema):
     id = ma.fields.String(required=True)
     kind = ma.fields.String(required=True)
-    summary = ma.fields.String(required=True)
-    data = ma.fields.Dict(required=True)
+    summary = ma.fields.String(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
+    data = ma.fields.Dict(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
     occurred_at = UtcDateTime(required=True)
     created_at = UtcDateTime(required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)
@@ -186,9 +190,22 @@ class ActivitySchema(ma.Schema):
 
 class NoteSchema(ma.Schema):
     id = ma.fields.String(required=True)
-    body = ma.fields.String(required=True)
+    body = ma.fields.String(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
     created_at = UtcDateTime(required=True)
     author = ma.fields.Nested(ActorSchema, required=True)
+
+
+class ConsentSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    purpose = ma.fields.String(allow_none=True, required=True)
+    notice_version = ma.fields.String(allow_none=True, required=True)
+    given_at = UtcDateTime(allow_none=True, required=True, metadata={
+        "description": "Null for a withdrawal recorded without an earlier consent."})
+    source = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The form (form_...) or token (tok_...) that recorded it."})
+    ip = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The client address of a form submission; null for API creates and once erased."})
+    withdrawn_at = UtcDateTime(allow_none=True, required=True)
 
 
 class LeadSchema(ma.Schema):
@@ -210,8 +227,32 @@ class LeadSchema(ma.Schema):
     status_changed_at = UtcDateTime(required=True)
     lost_reason = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
         "description": "Why the lead was lost: set by the move into the lost status it is in; null in any other status."})
+    consent = ma.fields.Nested(ConsentSchema, allow_none=True, required=True, metadata={
+        "description": "The latest consent record; null when there is none."})
+    do_not_contact = ma.fields.Boolean(required=True)
+    erased_at = UtcDateTime(allow_none=True, required=True, metadata={
+        "description": "When the lead's personal data was erased; null while it has not been."})
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
+
+
+class SubjectLeadSchema(LeadSchema):
+    """A lead with everything held about it, for subject access."""
+
+    transitions = ma.fields.List(ma.fields.Nested("TransitionSchema"), required=True)
+    consents = ma.fields.List(ma.fields.Nested(ConsentSchema), required=True)
+    audit = ma.fields.List(ma.fields.Nested("AuditEntrySchema"), required=True)
+
+
+class SubjectSchema(ma.Schema):
+    leads = ma.fields.List(ma.fields.Nested(SubjectLeadSchema), required=True, metadata={
+        "description": "Every lead of the workspace with the phone or e-mail asked for, each with its "
+                       "activities, notes, transitions, consents and audit entries."})
+
+
+class ErasuresSchema(ma.Schema):
+    erased = ma.fields.List(ma.fields.String(), required=True, metadata={
+        "description": "The ids of the leads erased; empty when none had the phone or e-mail."})
 
 
 class LeadCreatedSchema(ma.Schema):
@@ -307,7 +348,8 @@ class AuditChangeSchema(ma.Schema):
 class AuditEntrySchema(ma.Schema):
     id = ma.fields.String(required=True)
     action = ma.fields.String(required=True, metadata={
-        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged"]})
+        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged", "consent_given",
+                 "consent_withdrawn", "erased"]})
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)
@@ -319,18 +361,27 @@ class AuditEntrySchema(ma.Schema):
 # The columns lead_document reads, for queries that select only what a document needs.
 LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lead.email, Lead.source, Lead.status,
                 Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
-                Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason)
+                Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason,
+                Lead.consent, Lead.do_not_contact, Lead.erased_at)
+
+
+
+ERASED_CONTACT = {"first_name": None, "last_name": None, "full_name": None, "phone": None, "email": None}
 
 
 def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
     """A lead as the API shows it (LeadSchema)."""
-    first, last = lead.first_name or "", lead.last_name or ""
     value = lead.estimated_value
     related = refs.refs_of_leads
+    if lead.erased_at is None:
+        first, last = lead.first_name or "", lead.last_name or ""
+        contact = {"first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(),
+                   "phone": lead.phone, "email": lead.email}
+    else:
+        contact = dict(ERASED_CONTACT)
     return {
         "id": lead.public_id,
-        "contact": {"first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(),
-                    "phone": lead.phone, "email": lead.email},
+        "contact": contact,
         "source": related["source"].get(lead.source_id),
         "status": related["status"][lead.status_id],
         "owner": related["owner"].get(lead.owner_id),
@@ -346,7 +397,17 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
         "last_activity_at": rfc3339(lead.last_activity_at),
         "status_changed_at": rfc3339(lead.status_changed_at),
         "lost_reason": related["lost_reason"].get(lead.lost_reason_id),
+        "consent": lead.consent,
+        "do_not_contact": lead.do_not_contact,
+        "erased_at": rfc3339(lead.erased_at),
     }
+
+
+def consent_document(consent: Consent, source: str | None) -> dict[str, Any]:
+    """A consent record (ConsentSchema); `source` is the public id of its form or token."""
+    return {"id": consent.public_id, "purpose": consent.purpose, "notice_version": consent.notice_version,
+            "given_at": rfc3339(consent.given_at), "source": source, "ip": consent.ip,
+            "withdrawn_at": rfc3339(consent.withdrawn_at)}
 
 
 # --- history ---------------------------------------------------------------------------------
@@ -372,7 +433,7 @@ class ActorNames:
 
 
 def activity_document(row: Any, actors: ActorNames) -> dict[str, Any]:
-    return {"id": row.public_id, "kind": row.kind, "summary": row.summary, "data": row.data or {},
+    return {"id": row.public_id, "kind": row.kind, "summary": row.summary, "data": row.data,
             "occurred_at": rfc3339(row.occurred_at), "created_at": rfc3339(row.created_at),
             "actor": actors.actor(row)}
 

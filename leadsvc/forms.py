@@ -28,6 +28,7 @@ from . import pipeline
 from .config import settings
 from .documents import Refs, cached_refs, json_response
 from .extensions import Blueprint, check_storable
+from .limits import client_ip
 from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
                        flatten_messages)
@@ -38,6 +39,7 @@ blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its
 THANKS = "Thank you! We have your details and will be in touch soon."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 CUSTOM_PREFIX = "custom_fields."
+CONSENT = "consent"
 TRUE_WORDS, FALSE_WORDS = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -52,6 +54,8 @@ FORM_FIELDS = {
         "phone": {"type": "string"},
         "email": {"type": "string"},
         HONEYPOT: {"type": "string", "pattern": r"^\s*$", "description": "The honeypot: leave it empty."},
+        CONSENT: {"type": "string", "description": "The consent checkbox: any non-empty value consents to the "
+                                                   "form's notice (required when the form says so)."},
     },
     "patternProperties": {"^" + re.escape(CUSTOM_PREFIX): {
         "type": "string", "description": "custom_fields.<name>: one input per custom field."}},
@@ -137,6 +141,8 @@ def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) 
         if name.startswith(CUSTOM_PREFIX):
             key = name[len(CUSTOM_PREFIX):]
             custom[key] = typed(value.strip(), definitions.get(key))
+        elif name == CONSENT:   # a ticked checkbox, whatever its value
+            data[name] = True
         else:
             data[name] = value
     if custom:
@@ -182,11 +188,18 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
     """Create the lead a submission describes; None when the honeypot says a bot sent it."""
     if str(data.get(HONEYPOT) or "").strip():
         return None
+    errors: dict[str, list[str]] = {}
     try:
         fields = FormSubmissionSchema().load(data)
     except ma.ValidationError as exc:
-        raise ValidationFailed(errors=flatten_messages(exc.messages)) from None
+        fields, errors = {}, flatten_messages(exc.messages)
+    if form.consent_required and data.get(CONSENT) is not True and CONSENT not in errors:
+        errors[CONSENT] = ["Please agree to the privacy notice: this form cannot take your details without it."]
+    if errors:
+        raise ValidationFailed(errors=errors)
     fields.pop(HONEYPOT, None)
+    if fields.pop(CONSENT, False):
+        fields[CONSENT] = {"purpose": form.name, "notice_version": form.notice_version, "ip": client_ip()}
     fields["source"] = form.source.public_id if form.source_id else None
     actor = pipeline.Actor(workspace=form.workspace, form=form, request_id=g.request_id)
     return pipeline.create_lead(fields, actor, refs)

@@ -35,7 +35,7 @@ from apispec import BasePlugin
 from flask import Flask, Response, g, request
 
 from .auth import current_caller
-from .db import database, is_postgres, sqlstate, transaction
+from .db import any_of, database, is_postgres, sqlstate, transaction
 from .limits import caller_key
 from .models import IdempotencyKey, utcnow
 from .problems import Conflict, ValidationFailed
@@ -199,6 +199,22 @@ def _insert(scope: str, key: str, digest: str) -> IdempotencyKey:
     finally:
         if is_postgres():
             database.execute_sql("SET LOCAL lock_timeout TO DEFAULT")
+
+
+def forget(terms: list[str]) -> int:
+    """Delete the recorded responses that hold any of the terms (a lead's id, phone or e-mail), in
+    the caller's transaction: an erased lead's data must not come back in a replay."""
+    if not terms:
+        return 0
+    return IdempotencyKey.delete().where(any_of([_body_holds(term.encode()) for term in terms])).execute()
+
+
+def _body_holds(term: bytes) -> pw.Expression:
+    """Whether a recorded body contains these bytes: a plain substring test (LIKE would read `_` and
+    `%` in an e-mail as wildcards, and SQLite's LIKE does not read BLOBs at all)."""
+    if is_postgres():
+        return pw.NodeList((pw.SQL("position("), pw.Value(term), pw.SQL("IN"), IdempotencyKey.body, pw.SQL(") > 0")))
+    return pw.fn.instr(IdempotencyKey.body, term) > 0
 
 
 def _lock_wait_expired(exc: pw.OperationalError) -> bool:

@@ -167,6 +167,8 @@ class CustomField(BaseModel):
     options = pw.JSONField(null=True)          # the allowed values of a `choice`
     score = pw.JSONField(null=True)            # {value: points} added to a lead's score
     position = pw.IntegerField(default=0)
+    # Holds personal data: an erasure clears its values (setup's `personal`; text fields by default).
+    personal = pw.BooleanField(default=False, constraints=[pw.SQL("DEFAULT FALSE")])
 
     class Meta:
         indexes = ((("workspace", "name"), True),)
@@ -178,6 +180,11 @@ class Form(BaseModel):
     name = pw.CharField(max_length=100)
     source = pw.ForeignKeyField(Source, null=True)
     allowed_origins = pw.JSONField(default=list)
+    # The privacy notice the page shows (DPDP Act), its version as consents record it, and
+    # whether a submission must consent to it.
+    notice = pw.TextField(null=True)
+    notice_version = pw.CharField(max_length=64, null=True)
+    consent_required = pw.BooleanField(default=False, constraints=[pw.SQL("DEFAULT FALSE")])
 
     class Meta:
         indexes = ((("workspace", "name"), True),)
@@ -239,6 +246,12 @@ class Lead(BaseModel):
     activity_sort_at = pw.DateTimeField(default=NEVER)
     # The reason of the lost status the lead is in; None in any other status (0010).
     lost_reason = pw.ForeignKeyField(LostReason, null=True, index=False, backref="+")
+    # Privacy (0011). DB defaults too: bulk loaders insert leads without naming these columns.
+    do_not_contact = pw.BooleanField(default=False, constraints=[pw.SQL("DEFAULT FALSE")])
+    erased_at = pw.DateTimeField(null=True)
+    # The latest consent record as the lead document shows it (documents.consent_document), kept
+    # with the lead so that reading a page of leads needs no query per lead.
+    consent = pw.JSONField(null=True)
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -334,8 +347,8 @@ class Activity(Attributed):
     public_id = PublicIdField("act_")
     lead = pw.ForeignKeyField(Lead, backref="activities", on_delete="CASCADE", index=False)
     kind = pw.CharField(max_length=24)
-    summary = pw.TextField(default="")
-    data = pw.JSONField(default=dict)
+    summary = pw.TextField(default="", null=True)   # null (like data) once the lead is erased
+    data = pw.JSONField(default=dict, null=True)
     occurred_at = pw.DateTimeField(default=utcnow)
     created_at = pw.DateTimeField(default=utcnow)
 
@@ -347,7 +360,7 @@ class Note(Attributed):
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("note_")
     lead = pw.ForeignKeyField(Lead, backref="notes", on_delete="CASCADE", index=False)
-    body = pw.TextField()
+    body = pw.TextField(null=True)   # null once the lead is erased
     created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
@@ -355,7 +368,8 @@ class Note(Attributed):
 
 
 class AuditEntry(Attributed):
-    """Append-only: rows are inserted, never updated or deleted by the service."""
+    """Append-only: rows are inserted, never deleted, and updated only by an erasure, which
+    replaces the personal values in `changes` (privacy.py)."""
 
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("aud_")
@@ -367,6 +381,25 @@ class AuditEntry(Attributed):
 
     class Meta:
         indexes = ((("lead", "at", "public_id"), False),)
+
+
+class Consent(BaseModel):
+    """A lead's consent to a notice (DPDP Act): given through a form or by an API client, and
+    withdrawn. Kept when the lead is erased, without the client IP."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("cons_")
+    lead = pw.ForeignKeyField(Lead, backref="consents", on_delete="CASCADE", index=False)
+    purpose = pw.CharField(max_length=200, null=True)
+    notice_version = pw.CharField(max_length=64, null=True)
+    form = pw.ForeignKeyField(Form, null=True, backref="+", index=False)
+    token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
+    given_at = pw.DateTimeField(null=True)     # null: a withdrawal recorded without an earlier consent
+    ip = pw.CharField(max_length=64, null=True)
+    withdrawn_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("lead", "id"), False),)
 
 
 class IdempotencyKey(BaseModel):
@@ -452,6 +485,6 @@ Delivery.add_index(Delivery.index(Delivery.next_attempt_at, where=Delivery.next_
 
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
-    Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart,
+    Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
     Webhook, Event, Delivery,
 ]

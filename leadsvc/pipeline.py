@@ -17,14 +17,17 @@ import peewee as pw
 from . import events, routing, search
 from .auth import Caller, in_lead_scope, lead_scope, member_scope
 from .db import any_of, for_update, transaction
-from .documents import ActorNames, Refs, activity_document, etag, member_ref, note_document, status_ref, transition_document
-from .models import (CONTACT_KINDS, Activity, AuditEntry, CustomField, Form, Lead, LostReason, Member, Note, Status,
-                     Token, Transition, Workspace, utcnow)
+from .documents import (ActorNames, Refs, activity_document, consent_document, etag, member_ref, note_document,
+                        status_ref, transition_document)
+from .models import (CONTACT_KINDS, Activity, AuditEntry, Consent, CustomField, Form, Lead, LostReason, Member, Note,
+                     Status, Token, Transition, Workspace, utcnow)
 from .problems import Conflict, Forbidden, NotFound, PreconditionFailed, ValidationFailed
 from .schemas import missing_contact, rfc3339
 from .scoring import ENGAGEMENT_POINTS, score_lead
 
 MAX_TEXT_FIELD = 500   # characters in a text custom field
+# What cannot be logged on a do-not-contact lead: reaching out to the person (a meeting they ask for can be).
+OUTREACH_KINDS = frozenset({"call", "email", "whatsapp", "sms"})
 MAX_NUMBER = 10**15     # the largest magnitude of a number custom field
 
 
@@ -177,8 +180,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-              at: datetime | None = None) -> Activity:
+def record_activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
+                    at: datetime | None = None) -> Activity:
     return Activity.create(**_activity_row(lead, actor, kind, summary, data, at))
 
 
@@ -189,20 +192,23 @@ def _activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict 
             "occurred_at": at or now, "created_at": now, **actor.columns()}
 
 
-def _audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
+def record_audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
     return AuditEntry.create(workspace=lead.workspace_id, lead=lead.id, action=action, changes=changes,
                              request_id=actor.request_id, **actor.columns())
 
 
-def _lock(lead: Lead, actor: Actor) -> Lead:
+def lock_lead(lead: Lead, actor: Actor) -> Lead:
     """The lead's current row, locked until the transaction ends, if the actor still sees it: a
-    reassignment between the view's lookup and this lock must not let a write through."""
+    reassignment between the view's lookup and this lock must not let a write through. An erased
+    lead is 409: nothing writes to it any more."""
     query = Lead.select().where(Lead.id == lead.id)
     if actor.lead_scope is not None:
         query = query.where(actor.lead_scope)
     current = for_update(query).first()
     if current is None:
         raise NotFound(f"No lead {lead.public_id}.")
+    if current.erased_at is not None:
+        raise Conflict(f"Lead {lead.public_id} was erased: its history stays, but it can no longer change.")
     return current
 
 
@@ -255,6 +261,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
+    consent = _new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
@@ -268,6 +275,9 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             lead.save(force_insert=True)
+            if consent is not None:
+                consent.lead = lead
+                consent.save(force_insert=True)
             search.save_name_parts([lead])
             _record_creation(lead, assignment, actor)
             events.record(refs, "lead.created", lead, lambda: {"routing": {
@@ -293,8 +303,10 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
         _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
         _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
     ]).execute()
-    _audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
-                                    if value not in (None, "", {})})
+    if lead.consent is not None:
+        recorded["consent"] = lead.consent["id"]
+    record_audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
+                                          if value not in (None, "", {})})
 
 
 def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
@@ -309,17 +321,80 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
                             "needs the leads:update ability. Nothing was changed.")
         # Locked before the activity below: its foreign key takes a share lock on the lead, and two
         # upserts holding that and both waiting for update_lead's exclusive lock would deadlock.
-        lead = _lock(lead, actor)
+        lead = lock_lead(lead, actor)
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
-    _activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
-              {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}
-                                                               if on_duplicate != "ignore" else {})})
+    record_activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
+                    {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}
+                                                                     if on_duplicate != "ignore" else {})})
     events.record(refs, "lead.duplicate_submitted", lead, lambda: {"matched_on": matched_on, "submitted": sent})
+    if data.get("consent"):
+        lead = _consent_again(lead, data["consent"], actor, refs)
     if on_duplicate == "ignore":
         return Created(lead, duplicate=True, matched_on=matched_on)
     updated = update_lead(lead, {name: data[name] for name in CREATE_FIELDS if name in data}, actor, refs,
                           only_empty=on_duplicate == "fill_empty")
     return Created(updated.lead, duplicate=True, matched_on=matched_on, updated_fields=updated.changed)
+
+
+# --- consent ---------------------------------------------------------------------------------
+
+def _new_consent(lead: Lead, given: Mapping[str, Any] | None, actor: Actor, now: datetime) -> Consent | None:
+    """The consent record a create sends, not yet saved, shown on the (unsaved) lead as its latest."""
+    if not given:
+        return None
+    consent = Consent(workspace=lead.workspace_id, purpose=given["purpose"], notice_version=given.get("notice_version"),
+                      form=actor.form, token=actor.token, given_at=now, ip=given.get("ip"))
+    lead.consent = consent_document(consent, _actor_id(actor))
+    return consent
+
+
+def _actor_id(actor: Actor) -> str | None:
+    return actor.form.public_id if actor.form else actor.token.public_id if actor.token else None
+
+
+def _consent_again(lead: Lead, given: Mapping[str, Any], actor: Actor, refs: Refs) -> Lead:
+    """A duplicate submission that consents: a new record becomes the lead's latest (in the caller's
+    transaction). It leaves do_not_contact as it is: only a person's change of mind lifts that."""
+    current = lock_lead(lead, actor)
+    before = current.consent
+    consent = _new_consent(current, given, actor, utcnow())
+    consent.lead = current
+    consent.save(force_insert=True)
+    current.updated_at, current.version = consent.given_at, current.version + 1
+    current.save()
+    changes = {"consent": {"old": before["id"] if before else None, "new": consent.public_id}}
+    record_audit(current, actor, "consent_given", changes)
+    events.record(refs, "lead.updated", current, lambda: {"changes": changes})
+    return current
+
+
+def withdraw_consent(lead: Lead, actor: Actor, refs: Refs) -> Lead:
+    """Record the withdrawal of consent (on the latest record, or a new one) and set do_not_contact."""
+    with transaction():
+        current = lock_lead(lead, actor)
+        latest, now = current.consent, utcnow()
+        changes: dict[str, dict[str, Any]] = {}
+        if latest is None:
+            consent = Consent.create(workspace=current.workspace_id, lead=current, form=actor.form, token=actor.token,
+                                     withdrawn_at=now)
+            current.consent = consent_document(consent, _actor_id(actor))
+            changes["consent"] = {"old": None, "new": consent.public_id}
+        elif latest["withdrawn_at"] is None:
+            Consent.update(withdrawn_at=now).where(Consent.public_id == latest["id"]).execute()
+            current.consent = {**latest, "withdrawn_at": plain(now)}
+        if current.consent["withdrawn_at"] != (latest or {}).get("withdrawn_at"):
+            changes["consent.withdrawn_at"] = {"old": None, "new": current.consent["withdrawn_at"]}
+        if not current.do_not_contact:
+            current.do_not_contact = True
+            changes["do_not_contact"] = {"old": False, "new": True}
+        if not changes:
+            return current   # withdrawn already: nothing more to record
+        current.updated_at, current.version = now, current.version + 1
+        current.save()
+        record_activity(current, actor, "updated", "Consent withdrawn.", {"fields": sorted(changes)})
+        record_audit(current, actor, "consent_withdrawn", changes)
+        events.record(refs, "lead.updated", current, lambda: {"changes": changes})
+    return current
 
 
 # --- update ----------------------------------------------------------------------------------
@@ -334,7 +409,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
     for name in ("first_name", "last_name"):
         if name in changes:
             wanted[name] = changes[name] or ""
-    for name in ("phone", "email", "estimated_value"):
+    for name in ("phone", "email", "estimated_value", "do_not_contact"):
         if name in changes:
             wanted[name] = changes[name]
     if "source" in changes:
@@ -344,7 +419,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
     custom = check_custom_fields(changes.get("custom_fields") or {}, refs.custom_fields, allow_null=True)
 
     with transaction():
-        current = _lock(lead, actor)
+        current = lock_lead(lead, actor)
         _check_if_match(current, if_match)
         if only_empty:
             wanted = {name: new for name, new in wanted.items() if _stored(current, name) in EMPTY}
@@ -388,13 +463,13 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
             raise Conflict("Another lead already has this phone number or e-mail.") from None
         if "first_name" in diff or "last_name" in diff:
             search.save_name_parts([current], replace=True)
-        _activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
+        record_activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
         reason = None
         if "owner" in diff:
             owner = current.owner
             reason = {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None}
-            _activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.", reason)
-        _audit(current, actor, "updated", diff)
+            record_activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.", reason)
+        record_audit(current, actor, "updated", diff)
         # The team follows the owner: it is in the lead, not a field a PATCH names.
         events.record(refs, "lead.updated", current,
                       lambda: {"changes": {name: change for name, change in diff.items() if name != "team"}})
@@ -469,7 +544,7 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
     lost_reason = lost_reason_for(target, reason, refs)
     with transaction():
-        current = _lock(lead, actor)
+        current = lock_lead(lead, actor)
         _check_if_match(current, if_match)
         here = refs.statuses[current.status_id]
         allowed = here.next_ids(refs.pipeline())
@@ -494,10 +569,10 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
         current.save()
         summary = (f"Moved from {here.name} to {target.name}" + (f" ({lost_reason.name})." if lost_reason else ".")
                    + (f" {note}" if note else ""))
-        _activity(current, actor, "status_changed", summary,
+        record_activity(current, actor, "status_changed", summary,
                   {"from": here.public_id, "to": target.public_id, "transition": transition.public_id,
                    **({"lost_reason": lost_reason.public_id} if lost_reason else {})})
-        _audit(current, actor, "status_changed", changes)
+        record_audit(current, actor, "status_changed", changes)
         events.record(refs, "lead.status_changed", current, lambda: {
             "from": status_ref(here), "to": status_ref(target),
             "transition": transition_document(transition, ActorNames([transition], refs))})
@@ -512,9 +587,10 @@ NOTE_EXCERPT = 200   # characters of a note repeated in its timeline entry
 def add_note(lead: Lead, body: str, actor: Actor, refs: Refs) -> Note:
     """Add a note: the note, its timeline entry, its audit entry and its event in one transaction."""
     with transaction():
+        lead = lock_lead(lead, actor)
         note = Note.create(workspace=lead.workspace_id, lead=lead, body=body, **actor.columns())
-        _activity(lead, actor, "note", body[:NOTE_EXCERPT], {"note": note.public_id})
-        _audit(lead, actor, "note_added", {"note": {"old": None, "new": note.public_id}})
+        record_activity(lead, actor, "note", body[:NOTE_EXCERPT], {"note": note.public_id})
+        record_audit(lead, actor, "note_added", {"note": {"old": None, "new": note.public_id}})
         events.record(refs, "lead.note_added", lead, lambda: {"note": note_document(note, ActorNames([note], refs))})
     return note
 
@@ -528,9 +604,12 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
     if kind not in CONTACT_KINDS:
         raise ValueError(f"not a contact kind: {kind}")
     with transaction():
-        current = _lock(lead, actor)
+        current = lock_lead(lead, actor)
+        if current.do_not_contact and kind in OUTREACH_KINDS:
+            raise Conflict(f"Lead {lead.public_id} is do-not-contact (its consent was withdrawn, or it was set): "
+                           f"a {kind} cannot be logged on it.")
         before = {"last_activity_at": current.last_activity_at, "score": current.score}
-        activity = _activity(current, actor, kind, summary, at=occurred_at)
+        activity = record_activity(current, actor, kind, summary, at=occurred_at)
         at = activity.occurred_at
         if current.last_activity_at is None or at > current.last_activity_at:
             current.last_activity_at = current.activity_sort_at = at
@@ -540,7 +619,7 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
         current.save()
         changes = {name: {"old": plain(old), "new": plain(getattr(current, name))}
                    for name, old in before.items() if old != getattr(current, name)}
-        _audit(current, actor, "activity_logged", {"activity": {"old": None, "new": activity.public_id}, **changes})
+        record_audit(current, actor, "activity_logged", {"activity": {"old": None, "new": activity.public_id}, **changes})
         events.record(refs, "lead.activity_logged", current,
                       lambda: {"activity": activity_document(activity, ActorNames([activity], refs))})
     return current, activity

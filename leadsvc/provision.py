@@ -88,6 +88,7 @@ class CustomFieldItem(ma.Schema):
     type = ma.fields.String(required=True, validate=validate.OneOf(FIELD_TYPES))
     options = ma.fields.List(ma.fields.String(validate=validate.Length(1, 100)))
     score = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer(validate=validate.Range(-100, 100)))
+    personal = ma.fields.Boolean()   # default: text fields hold personal data, other types do not
 
     @ma.validates_schema
     def _options_for_choices(self, data, **kwargs):
@@ -128,6 +129,19 @@ class FormItem(ma.Schema):
     source = ma.fields.String()
     allowed_origins = ma.fields.List(ma.fields.Url(schemes={"http", "https"}, require_tld=False),
                                      load_default=list)
+    notice = ma.fields.String(validate=validate.Length(1, 5000))
+    notice_version = ma.fields.String(validate=validate.Length(1, 64))
+    consent_required = ma.fields.Boolean(load_default=False)
+
+    @ma.validates_schema
+    def _notice_with_its_version(self, data, **kwargs):
+        if "notice" in data and "notice_version" not in data:
+            raise ma.ValidationError("A notice needs its version (consents record which one was shown).",
+                                     "notice_version")
+        if "notice_version" in data and "notice" not in data:
+            raise ma.ValidationError("Only a form with a notice takes a notice_version.", "notice_version")
+        if data.get("consent_required") and "notice" not in data:
+            raise ma.ValidationError("Consent is given to a notice: add the notice the form shows.", "notice")
 
 
 class LostReasonItem(ma.Schema):
@@ -355,7 +369,8 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
             row = _upsert(CustomField, workspace, {"name": item["name"]},
                           {"label": item.get("label") or item["name"].replace("_", " ").capitalize(),
                            "type": item["type"], "options": item.get("options"),
-                           "score": item.get("score"), "position": position})
+                           "score": item.get("score"), "position": position,
+                           "personal": item.get("personal", item["type"] == "text")})
             result.custom_fields[item["name"]] = row.public_id
 
         for position, item in enumerate(data["rules"], start=1):
@@ -377,7 +392,9 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
         for item in data["forms"]:
             source = sources[item["source"]] if item.get("source") else None
             row = _upsert(Form, workspace, {"name": item["name"]},
-                          {"source": source, "allowed_origins": item["allowed_origins"]})
+                          {"source": source, "allowed_origins": item["allowed_origins"],
+                           "notice": item.get("notice"), "notice_version": item.get("notice_version"),
+                           "consent_required": item["consent_required"]})
             result.forms[item["name"]] = row.public_id
 
         # In the file's order; reasons it leaves out keep theirs, after the listed ones.

@@ -62,6 +62,8 @@ class CustomFieldSchema(RefSchema):
     label = ma.fields.String(required=True)
     type = ma.fields.String(required=True, metadata={"enum": ["text", "number", "boolean", "date", "choice"]})
     options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
+    personal = ma.fields.Boolean(required=True, metadata={
+        "description": "Holds personal data: erasing a lead clears this field's value."})
 
 
 class FormSchema(RefSchema):
@@ -69,6 +71,11 @@ class FormSchema(RefSchema):
                               metadata={"description": "The source the form's leads get."})
     page_url = ma.fields.String(required=True, metadata={
         "description": "The path of the form's HTML page (under the service's mount prefix), e.g. /forms/form_..."})
+    notice = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The privacy notice the form's page shows."})
+    notice_version = ma.fields.String(allow_none=True, required=True)
+    consent_required = ma.fields.Boolean(required=True, metadata={
+        "description": "A submission without `consent` is refused (422)."})
 
 
 class LinksSchema(ma.Schema):
@@ -263,19 +270,32 @@ class SchemaKeywordsPlugin(BasePlugin):
 ON_DUPLICATE = ("ignore", "update", "fill_empty")
 
 
-class LeadCreateSchema(ma.Schema):
-    first_name = Text(NAME_LENGTH)
-    last_name = Text(NAME_LENGTH)
+def required_text(max_length: int, metadata: dict) -> Text:
+    """A trimmed string of 1..max_length characters (blank after trimming counts as missing)."""
+    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": r"\S", **metadata})
+
+
+PURPOSE_LENGTH, NOTICE_VERSION_LENGTH = 200, 64
+
+
+class ConsentGivenSchema(ma.Schema):
+    """The consent a person gave to a notice, as an API client sends it with a new lead."""
+
+    purpose = required_text(PURPOSE_LENGTH, metadata={"description": "What the person consented to."})
+    notice_version = Text(NOTICE_VERSION_LENGTH, allow_none=True, metadata={
+        "description": "The version of the notice the person saw."})
+
+    @ma.validates("purpose")
+    def _not_blank(self, value, **kwargs):
+        if not value:
+            raise ma.ValidationError("Say what the person consented to: the purpose is empty.")
+
+
+class PhoneOrEmailSchema(ma.Schema):
+    """A person's phone or e-mail, or both: a lead's contact, or who a privacy request is about."""
+
     phone = IndianMobile(metadata={"example": "+919876543210"})
     email = LowerEmail(metadata={"example": "asha@example.com"})
-    source = PublicId("src_")
-    estimated_value = Money(allow_none=True)
-    custom_fields = CustomFieldValues()
-    on_duplicate = ma.fields.String(validate=ma.validate.OneOf(ON_DUPLICATE), metadata={
-        "description": "What to do when the phone or e-mail matches a lead: `ignore` (the default) leaves it as it "
-                       "is; `update` replaces its fields with the ones sent, as a PATCH would; `fill_empty` fills "
-                       "only its empty fields (custom fields key by key). Both need the leads:update ability "
-                       "(403 when a duplicate is found without it; nothing changes)."})
 
     class Meta:
         json_schema = PHONE_OR_EMAIL
@@ -284,6 +304,21 @@ class LeadCreateSchema(ma.Schema):
     def _phone_or_email(self, data, **kwargs):
         if errors := missing_contact(data.get("phone"), data.get("email")):
             raise ma.ValidationError(errors)
+
+
+class LeadCreateSchema(PhoneOrEmailSchema):
+    first_name = Text(NAME_LENGTH)
+    last_name = Text(NAME_LENGTH)
+    source = PublicId("src_")
+    estimated_value = Money(allow_none=True)
+    custom_fields = CustomFieldValues()
+    consent = ma.fields.Nested(ConsentGivenSchema, metadata={
+        "description": "Records the person's consent (on the lead matched, for a duplicate)."})
+    on_duplicate = ma.fields.String(validate=ma.validate.OneOf(ON_DUPLICATE), metadata={
+        "description": "What to do when the phone or e-mail matches a lead: `ignore` (the default) leaves it as it "
+                       "is; `update` replaces its fields with the ones sent, as a PATCH would; `fill_empty` fills "
+                       "only its empty fields (custom fields key by key). Both need the leads:update ability "
+                       "(403 when a duplicate is found without it; nothing changes)."})
 
 
 MAX_BATCH = 100
@@ -311,6 +346,8 @@ class LeadPatchSchema(ma.Schema):
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues(metadata={"description": "Merged key by key; a null value removes the key."})
     owner = PublicId("mem_", metadata={"description": "Needs the leads:assign ability."})
+    do_not_contact = ma.fields.Boolean(truthy={True}, falsy={False}, metadata={
+        "description": "While true, calls, e-mails and messages cannot be logged on the lead (409)."})
 
     class Meta:
         json_schema = {"description": "The fields to change; any other, `status` included, is 422. "
@@ -363,11 +400,6 @@ class UtcAwareDateTime(ma.fields.AwareDateTime):
             raise self.make_error("out_of_range") from None
 
 
-def required_text(max_length: int, metadata: dict) -> Text:
-    """A trimmed string of 1..max_length characters (blank after trimming counts as missing)."""
-    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": r"\S", **metadata})
-
-
 class NoteCreateSchema(ma.Schema):
     body = required_text(NOTE_LENGTH, metadata={"description": "Trimmed; 1 to 5,000 characters."})
 
@@ -411,6 +443,8 @@ class FormSubmissionSchema(LeadCreateSchema):
         "pattern": r"^\s*$",
         "description": "The honeypot: leave it out or empty. A submission that fills it is answered "
                        "like a success and dropped."})
+    consent = ma.fields.Boolean(truthy={True}, falsy={False}, metadata={
+        "description": "true: the person consents to the form's notice (required when the form says so)."})
 
     class Meta:
         exclude = ("source", "estimated_value", "on_duplicate")
@@ -426,3 +460,26 @@ class FormReceiptSchema(ma.Schema):
     """What a JSON submission gets back: a receipt, never the lead (the caller is anonymous)."""
 
     data = ma.fields.Nested(FormReceiptBodySchema, required=True)
+
+
+# --- privacy ---------------------------------------------------------------------------------
+
+REASON_LENGTH = 500
+
+
+class EraseSchema(ma.Schema):
+    reason = required_text(REASON_LENGTH, metadata={
+        "description": "Why the lead is erased (kept in its `erased` audit entry)."})
+
+    @ma.validates("reason")
+    def _not_blank(self, value, **kwargs):
+        if not value:
+            raise ma.ValidationError("Say why: the reason is empty.")
+
+
+class PersonErasureSchema(PhoneOrEmailSchema, EraseSchema):
+    """Who to erase (every lead with this phone or this e-mail), and why."""
+
+
+class SubjectQuery(PhoneOrEmailSchema):
+    """Who a subject access request is about (an e-mail in any case)."""

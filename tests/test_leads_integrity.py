@@ -35,7 +35,7 @@ def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audi
 def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
     lead = create_lead(client, ws)
     before = counts(ws)
-    monkeypatch.setattr(pipeline, "_audit", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(pipeline, "record_audit", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     assert client.patch(f"/api/v1/leads/{lead['id']}", json={"first_name": "Changed"},
                         headers=ws.headers()).status_code == 500
     assert client.post(f"/api/v1/leads/{lead['id']}/status", json={"status": ws.ids.statuses["Contacted"]},

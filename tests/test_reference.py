@@ -59,15 +59,18 @@ def test_reference_data_needs_a_token(client, path):
     assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
+NO_NOTICE = {"notice": None, "notice_version": None, "consent_required": False}
+
+
 def test_forms_list_each_form_with_its_source_and_the_path_of_its_page(client, ws):
     body = client.get("/api/v1/forms", headers=ws.headers("n1@t.test", ("leads:create",))).json
     assert body["links"] == {"next": None} and body["meta"] == {"has_more": False}
     assert body["data"] == [
         {"id": ws.ids.forms["Walk-in"], "name": "Walk-in", "source": None,
-         "page_url": f"/forms/{ws.ids.forms['Walk-in']}"},
+         "page_url": f"/forms/{ws.ids.forms['Walk-in']}", **NO_NOTICE},
         {"id": ws.ids.forms["Website enquiry"], "name": "Website enquiry",
          "source": {"id": ws.ids.sources["Website"], "name": "Website"},
-         "page_url": f"/forms/{ws.ids.forms['Website enquiry']}"},
+         "page_url": f"/forms/{ws.ids.forms['Website enquiry']}", **NO_NOTICE},
     ]
     page = client.get(body["data"][1]["page_url"])
     assert page.status_code == 200 and "<h1>Website enquiry</h1>" in page.get_data(as_text=True)
@@ -79,7 +82,7 @@ def test_forms_list_is_in_the_openapi_document(client):
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     item = spec["components"]["schemas"][spec["components"]["schemas"][schema]["properties"]["data"]["items"]["$ref"]
                                          .rsplit("/", 1)[1]]
-    assert set(item["properties"]) == {"id", "name", "source", "page_url"}
+    assert set(item["properties"]) == {"id", "name", "source", "page_url", *NO_NOTICE}
 
 
 def test_the_root_redirects_to_the_docs(client):

@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 
 from conftest import ROLE_EMAILS, Tenant, standard_setup
-from leadsvc.auth import ABILITIES, ADMIN_ONLY, AGENT_EXCLUDED, issue_token, revoke_token
+from leadsvc.auth import ABILITIES, excluded_for, issue_token, revoke_token
 from leadsvc.db import database, make_database
 from leadsvc.models import Lead, Member, Workspace
 from leadsvc.provision import apply_setup, parse_setup
@@ -69,6 +69,11 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/leads/{lead}/transitions", "leads:read", shows="other"),
     Endpoint("GET", "/api/v1/leads/{lead}/audit", "audit:read", shows="other"),
     Endpoint("GET", "/api/v1/leads/export.csv", "leads:read", shows="other"),
+    Endpoint("POST", "/api/v1/leads/{lead}/erase", "privacy:manage", lambda t: {"reason": "Matrix erasure"}),
+    Endpoint("POST", "/api/v1/leads/{lead}/consent/withdraw", "leads:update"),
+    Endpoint("POST", "/api/v1/privacy/erasures", "privacy:manage",
+             lambda t: {"email": "nobody.matrix@example.com", "reason": "Matrix erasure"}, shows="other"),
+    Endpoint("GET", "/api/v1/privacy/subject?email=nobody.matrix@example.com", "privacy:manage", shows="other"),
     Endpoint("GET", "/api/v1/reports/funnel", "reports:read", shows="other"),
     Endpoint("GET", "/api/v1/reports/velocity", "reports:read", shows="other"),
     Endpoint("GET", "/api/v1/reports/conversion", "reports:read", shows="other"),
@@ -108,8 +113,8 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
     """The documented answer: 401, then 403, then 404 outside the scope."""
     if caller == "revoked":
         return 401
-    if endpoint.ability and (caller == "lacking" or (caller == "agent" and endpoint.ability in AGENT_EXCLUDED)
-                             or (caller in ("manager", "agent") and endpoint.ability in ADMIN_ONLY)):
+    role = caller if caller in ROLE_EMAILS else "admin"   # lacking, revoked and foreign are admins' tokens
+    if endpoint.ability and (caller == "lacking" or endpoint.ability in excluded_for(role)):
         return 403
     if endpoint.addresses_a_lead and (caller == "foreign" or (target == "other_team" and caller != "admin")):
         return 404

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import datetime
 from urllib.parse import parse_qs, urlsplit
 
+import peewee as pw
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -241,18 +243,21 @@ def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path
     runner = MigrationRunner(db, table_name="schema_migration")
     with db.atomic():
         runner.up(target="0007_partial_contact_indexes")
-    with db.bind_ctx([Workspace, Status, Lead]):
+    with db.bind_ctx([Workspace, Status]):
         workspace = Workspace.create(name="Before search")
         status = Status.create(workspace=workspace, name="New", position=1, kind="open")
-        # Only the columns 0007 has: phone_reversed comes with 0008.
-        Lead.insert(workspace=workspace, public_id="ld_" + "B" * 22, first_name="José", last_name="D'Souza",
-                    phone="+919876543210", status=status, custom_fields={}, score_reasons=[]).execute()
-        Lead.insert(workspace=workspace, public_id="ld_" + "C" * 22, email="x@y.test", status=status,
-                    custom_fields={}, score_reasons=[]).execute()
+    # Only the columns 0007 has (the model has later ones): phone_reversed comes with 0008.
+    now = datetime(2026, 1, 1)
+    old_lead = pw.Table("lead").bind(db)
+    for public_id, contact in (("ld_" + "B" * 22, {"first_name": "José", "last_name": "D'Souza", "phone": "+919876543210"}),
+                               ("ld_" + "C" * 22, {"first_name": "", "last_name": "", "email": "x@y.test"})):
+        old_lead.insert(workspace_id=workspace.id, public_id=public_id, status_id=status.id, custom_fields="{}",
+                        score_reasons="[]", score=0, engagement=0, version=1, created_at=now, updated_at=now,
+                        status_changed_at=now, activity_sort_at=now, **contact).execute()
     with db.atomic():
-        assert runner.up()[0] == "0008_search"   # and the later ones, which the models below need
+        assert runner.up(target="0008_search") == ["0008_search"]
     with db.bind_ctx([Lead, LeadNamePart]):
-        rows = {lead.public_id[3]: lead for lead in Lead.select()}
+        rows = {lead.public_id[3]: lead for lead in Lead.select(Lead.id, Lead.public_id, Lead.phone_reversed)}
         assert rows["B"].phone_reversed == "012345678919" and rows["C"].phone_reversed is None
         assert sorted(p.part for p in LeadNamePart.select().where(LeadNamePart.lead == rows["B"].id)) == \
             ["d'souza", "jose", "souza"]

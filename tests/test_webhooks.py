@@ -575,3 +575,34 @@ def test_a_receiver_that_does_not_answer_holds_up_no_request(app, client, ws):
         finally:
             release.set()
             running.stop()
+
+
+# --- privacy: what an erasure and a withdrawal send ---------------------------------------------
+
+def test_an_erasure_sends_lead_erased_and_cuts_earlier_events_down_to_the_lead_id(client, ws, receiver, deliverer):
+    register(client, ws, receiver.url)
+    body = lead_body(ws, email="erase.me@example.com")
+    lead = client.post("/api/v1/leads", json=body, headers=ws.headers()).json["data"]
+    client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "Asha prefers calls after 6pm"}, headers=ws.headers())
+    erased = client.post(f"/api/v1/leads/{lead['id']}/erase", json={"reason": "Asked to be forgotten"},
+                         headers=ws.headers())
+    assert erased.status_code == 200, erased.json
+
+    stored = [event.body for event in Event.select().join(Workspace).where(Workspace.public_id == ws.public_id)]
+    assert len(stored) == 3 and not any(value in text for text in stored
+                                        for value in (body["phone"], "erase.me@example.com", "Asha", "6pm"))
+    assert deliverer.deliver_due() == 3, "the deliveries still due send the cut bodies"
+    assert sorted(request.event["type"] for request in receiver.received) == [
+        "lead.created", "lead.erased", "lead.note_added"]
+    assert all(request.event["data"] == {"lead": {"id": lead["id"]}} for request in receiver.received)
+
+
+def test_a_consent_withdrawal_sends_lead_updated(client, ws, receiver, deliverer):
+    register(client, ws, receiver.url, ["lead.updated"])
+    lead = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).json["data"]
+    withdrawn = client.post(f"/api/v1/leads/{lead['id']}/consent/withdraw", headers=ws.headers())
+    assert withdrawn.status_code == 200, withdrawn.json
+    assert deliverer.deliver_due() == 1
+    event = receiver.of_type("lead.updated")[0]
+    assert event["data"]["changes"]["do_not_contact"] == {"old": False, "new": True}
+    assert event["data"]["lead"]["do_not_contact"] is True

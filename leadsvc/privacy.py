@@ -1,0 +1,203 @@
+"""Privacy (India's DPDP Act 2023): erasing a lead's personal data, and what is held about a person.
+
+Erasure anonymises the lead in place, in one transaction: its contact, its personal custom fields,
+its notes' bodies, its activities' summaries and data, its transitions' notes and its consents'
+client addresses are cleared, and its audit entries keep who changed which field when with
+"[erased]" for the personal values. Status, owner, team, source, score, transitions and times stay,
+so reports come out the same. Search (name parts, reversed phone), duplicate detection (phone and
+e-mail are null) and recorded idempotent responses lose it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask.views import MethodView
+
+from . import events, idempotency, pipeline
+from .auth import caller, requires, visible_lead_or_404
+from .db import transaction
+from .documents import (ActorNames, ErasuresSchema, LeadSchema, Refs, SubjectSchema, activity_document,
+                        audit_document, consent_document, etag, json_response, lead_document, note_document,
+                        request_refs, transition_document)
+from .extensions import Blueprint
+from .leads import ETAG_HEADER, actor
+from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Token, Transition, Workspace,
+                     utcnow)
+from .pipeline import Actor, leads_with_contact, lock_lead, plain, record_audit
+from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery, one
+
+ERASED = "[erased]"
+# Audit fields that hold the person's own data; custom fields are personal by their definition.
+PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email"})
+
+
+def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:
+    """Erase one lead's personal data (409 if it already was)."""
+    with transaction():
+        current = lock_lead(lead, actor)   # an erased lead is 409 here
+        _erase(current, reason, actor, refs)
+    return current
+
+
+def erase_person(phone: str | None, email: str | None, reason: str, actor: Actor, refs: Refs) -> list[str]:
+    """Erase every lead of the actor's workspace with this phone or this e-mail; their public ids."""
+    erased = []
+    with transaction():
+        query = leads_with_contact(actor.workspace.id, phone, email)
+        for lead in query.order_by(Lead.id) if query is not None else []:
+            current = lock_lead(lead, actor)
+            _erase(current, reason, actor, refs)
+            erased.append(current.public_id)
+    return erased
+
+
+def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
+    """Anonymise a locked lead and its history (in the caller's transaction)."""
+    personal = {name for name, field in refs.custom_fields.items() if field.personal}
+    held = [value for value in (lead.public_id, lead.phone, lead.email) if value]
+    now = utcnow()
+    lead.first_name = lead.last_name = ""
+    lead.phone = lead.email = lead.phone_reversed = None
+    lead.custom_fields = {key: value for key, value in (lead.custom_fields or {}).items() if key not in personal}
+    # The score stays (reports band by it); a reason that names a personal value loses the value.
+    lead.score_reasons = [_scrub_reason(reason_, personal) for reason_ in lead.score_reasons or []]
+    if lead.consent is not None:
+        lead.consent = {**lead.consent, "ip": None}
+    lead.erased_at = lead.updated_at = now
+    lead.version += 1
+    lead.save()
+
+    LeadNamePart.delete().where(LeadNamePart.lead == lead.id).execute()
+    Note.update(body=None).where(Note.lead == lead.id).execute()
+    Activity.update(summary=None, data=None).where(Activity.lead == lead.id).execute()
+    Transition.update(note=None).where(Transition.lead == lead.id).execute()
+    Consent.update(ip=None).where(Consent.lead == lead.id).execute()
+    for entry_id, changes in AuditEntry.select(AuditEntry.id, AuditEntry.changes).where(
+            AuditEntry.lead == lead.id).tuples():
+        scrubbed = _scrub_changes(changes or {}, personal)
+        if scrubbed != changes:
+            AuditEntry.update(changes=scrubbed).where(AuditEntry.id == entry_id).execute()
+    idempotency.forget(held)
+    events.forget(lead)
+    record_audit(lead, actor, "erased", {"erased_at": {"old": None, "new": plain(now)},
+                                         "reason": {"old": None, "new": reason}})
+    events.record(refs, "lead.erased", lead)
+
+
+def _scrub_changes(changes: dict[str, Any], personal: set[str]) -> dict[str, Any]:
+    """An audit entry's changes with each personal value (not null) replaced by "[erased]"."""
+    out = {}
+    for name, change in changes.items():
+        key = name.removeprefix("custom_fields.")
+        if name in PERSONAL_FIELDS or (name != key and key in personal):
+            change = {side: None if value is None else ERASED for side, value in change.items()}
+        elif name == "custom_fields":   # a create's whole set of custom fields
+            change = {side: {k: ERASED if k in personal else v for k, v in value.items()} if isinstance(value, dict)
+                      else value for side, value in change.items()}
+        out[name] = change
+    return out
+
+
+def _scrub_reason(reason: dict[str, Any], personal: set[str]) -> dict[str, Any]:
+    name, _, _ = reason["reason"].removeprefix("custom_field:").partition("=")
+    if reason["reason"].startswith("custom_field:") and name in personal:
+        return {**reason, "reason": f"custom_field:{name}={ERASED}"}
+    return reason
+
+
+# --- subject access --------------------------------------------------------------------------
+
+def subject_document(workspace: Workspace, phone: str | None, email: str | None, refs: Refs) -> dict[str, Any]:
+    """Everything the workspace holds about the person with this phone or e-mail (SubjectSchema)."""
+    query = leads_with_contact(workspace.id, phone, email)
+    leads = list(query.select(Lead).order_by(Lead.id)) if query is not None else []
+    return {"leads": [_everything(lead, refs) for lead in leads]}
+
+
+def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:
+    """A lead's document with all of its history: activities and notes newest first (as include
+    gives them), transitions, consents and audit entries oldest first (as their lists do)."""
+    activities = list(Activity.select().where(Activity.lead == lead.id)
+                      .order_by(Activity.created_at.desc(), Activity.public_id.desc()))
+    notes = list(Note.select().where(Note.lead == lead.id).order_by(Note.created_at.desc(), Note.public_id.desc()))
+    transitions = list(Transition.select().where(Transition.lead == lead.id)
+                       .order_by(Transition.at, Transition.public_id))
+    audit = list(AuditEntry.select().where(AuditEntry.lead == lead.id).order_by(AuditEntry.at, AuditEntry.public_id))
+    consents = list(Consent.select().where(Consent.lead == lead.id).order_by(Consent.id))
+    names = ActorNames([*activities, *notes, *transitions, *audit], refs)
+    sources = _consent_sources(consents)
+    return {**lead_document(lead, refs),
+            "activities": [activity_document(row, names) for row in activities],
+            "notes": [note_document(row, names) for row in notes],
+            "transitions": [transition_document(row, names) for row in transitions],
+            "consents": [consent_document(row, sources.get((row.form_id, row.token_id))) for row in consents],
+            "audit": [audit_document(row, names) for row in audit]}
+
+
+def _consent_sources(consents: list[Consent]) -> dict[tuple[int | None, int | None], str]:
+    """(form id, token id) -> the public id of the form or token that recorded a consent."""
+    form_ids = {c.form_id for c in consents if c.form_id}
+    token_ids = {c.token_id for c in consents if c.token_id}
+    forms = dict(Form.select(Form.id, Form.public_id).where(Form.id.in_(form_ids)).tuples()) if form_ids else {}
+    tokens = dict(Token.select(Token.id, Token.public_id).where(Token.id.in_(token_ids)).tuples()) if token_ids else {}
+    return {(c.form_id, c.token_id): forms.get(c.form_id) or tokens.get(c.token_id) for c in consents}
+
+
+# --- the API ---------------------------------------------------------------------------------
+
+blp = Blueprint("privacy", __name__, url_prefix="/api/v1",
+                description="Privacy (DPDP Act): erase a lead or a person, read what is held about a person, "
+                            "withdraw consent.")
+
+
+@blp.route("/leads/<lead_id:public_id>/erase")
+class LeadErasure(MethodView):
+    @requires("privacy:manage")
+    @blp.arguments(EraseSchema())
+    @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data, public_id):
+        """Erase a lead's personal data (its history and reports stay, anonymised)"""
+        refs = request_refs()
+        lead = erase_lead(visible_lead_or_404(public_id), data["reason"], actor(), refs)
+        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+
+
+@blp.route("/leads/<lead_id:public_id>/consent/withdraw")
+class LeadConsentWithdrawal(MethodView):
+    @requires("leads:update")
+    @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    def post(self, public_id):
+        """Record that the person withdrew consent, and make the lead do-not-contact"""
+        lead = pipeline.withdraw_consent(visible_lead_or_404(public_id), actor(), request_refs())
+        return json_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
+
+
+@blp.route("/privacy/erasures")
+class PersonErasures(MethodView):
+    @requires("privacy:manage")
+    @blp.arguments(PersonErasureSchema())
+    @blp.response(200, one(ErasuresSchema))
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def post(self, data):
+        """Erase every lead of a person, found by phone and/or e-mail"""
+        erased = erase_person(data.get("phone"), data.get("email"), data["reason"], actor(), request_refs())
+        return json_response({"data": {"erased": erased}})
+
+
+@blp.route("/privacy/subject")
+class Subject(MethodView):
+    @requires("privacy:manage")
+    @blp.arguments(SubjectQuery(), location="query", unknown=ma.RAISE)
+    @blp.response(200, one(SubjectSchema))
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, query):
+        """Everything the workspace holds about a person, found by phone or e-mail"""
+        return json_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),
+                                                       request_refs())})
