@@ -17,7 +17,7 @@ from flask import Flask
 
 from . import __version__, create_app
 from .config import ConfigError, config_path
-from .db import UNAVAILABLE_ERRORS, close as db_close, database, migrate as run_migrations, pending_migrations, ping, transaction
+from .db import UNAVAILABLE_ERRORS, close as db_close, migrate as run_migrations, pending_migrations, ping, transaction
 from .schemas import ON_DUPLICATE
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."

@@ -395,7 +395,7 @@ class Deliverer:
 
     def attempt(self, item: Claimed) -> None:
         """Send one attempt and record what came of it."""
-        delivery, hook, event = item.delivery, item.delivery.webhook, item.delivery.event
+        hook, event = item.delivery.webhook, item.delivery.event
         now = self.clock()
         try:
             signing = events.signing_secrets(hook, self.settings["secret_key"], now)

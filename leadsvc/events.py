@@ -58,9 +58,7 @@ def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Itera
           lead: int | None = None) -> Event:
     """The event row and a delivery due now for each webhook; the delivery threads wake after the commit."""
     now = utcnow()
-    body = jsoncodec.encode({"type": event_type, "timestamp": rfc3339(now), "data": data})
-    if isinstance(body, bytes):
-        body = body.decode()
+    body = jsoncodec.text({"type": event_type, "timestamp": rfc3339(now), "data": data})
     event = Event.create(workspace=workspace_id, lead=lead, type=event_type, body=body, created_at=now)
     Delivery.insert_many([{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
                           for hook in hooks]).execute()
@@ -73,9 +71,9 @@ def forget(lead: Lead) -> None:
     bodies copied the lead's personal data. Deliveries still due send the cut body."""
     for event_id, body in Event.select(Event.id, Event.body).where(Event.lead == lead.id).tuples():
         sent = jsoncodec.decode(body)
-        cut = jsoncodec.encode({"type": sent["type"], "timestamp": sent["timestamp"],
-                                "data": {"lead": {"id": lead.public_id}}})
-        Event.update(body=cut.decode() if isinstance(cut, bytes) else cut).where(Event.id == event_id).execute()
+        cut = jsoncodec.text({"type": sent["type"], "timestamp": sent["timestamp"],
+                              "data": {"lead": {"id": lead.public_id}}})
+        Event.update(body=cut).where(Event.id == event_id).execute()
 
 
 # --- secrets and signatures ------------------------------------------------------------------

@@ -25,3 +25,9 @@ if orjson is not None:
 else:
     # One encoder: json.dumps with options builds a new one per call.
     encode, decode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode, json.loads
+
+
+def text(value: Any) -> str:
+    """The JSON of a value as str, for a text column (encode gives bytes where orjson is used)."""
+    encoded = encode(value)
+    return encoded.decode() if isinstance(encoded, bytes) else encoded
