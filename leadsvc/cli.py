@@ -110,27 +110,48 @@ def _deliverer(app: Flask):
 
 
 @cli.command()
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Also serve /metrics (webhook deliveries, backlog, lag) on this port; default: no metrics.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Interface for --metrics-port.")
 @click.pass_context
-def worker(ctx: click.Context) -> None:
+def worker(ctx: click.Context, metrics_port: int | None, metrics_host: str) -> None:
     """Deliver webhook events without serving (any number of workers may share a database)."""
     import signal
     import threading
 
+    from .metrics import metrics_only
     from .observability import configure_logging
+    from .serving import CannotListen, listen, run
 
     app = _app(ctx)
     configure_logging(app.config["LEADSVC"]["logging"])
     app = _migrated_app(ctx)
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: stopping.set())
+    log = logging.getLogger("leadsvc")
+    metrics_server = None
+    if metrics_port:
+        if not app.config["LEADSVC"]["metrics"]["enabled"]:
+            raise click.ClickException("--metrics-port needs metrics.enabled = true.")
+        try:   # one thread: a scrape is short, and the delivery threads need the database connections
+            metrics_server = listen(app, metrics_host, metrics_port, wsgi=metrics_only(app), threads=1)
+        except CannotListen as exc:
+            raise click.ClickException(f"{exc} Choose another with --metrics-port.") from None
     deliverer = _deliverer(app).start()
-    logging.getLogger("leadsvc").info("leadsvc %s delivering webhook events, database %s", __version__,
-                                      redact(app.config["LEADSVC"]["database"]["url"]))
-    while not stopping.wait(1):
-        pass
-    deliverer.stop()
-    db_close()
+    log.info("leadsvc %s delivering webhook events, database %s", __version__,
+             redact(app.config["LEADSVC"]["database"]["url"]))
+    try:
+        if metrics_server is not None:   # serves until SIGTERM or SIGINT, as `leadsvc serve` does
+            log.info("metrics at http://%s:%s/metrics", metrics_server.effective_host,
+                     metrics_server.effective_port)
+            run(app, metrics_server)
+        else:
+            stopping = threading.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda signum, frame: stopping.set())
+            while not stopping.wait(1):
+                pass
+    finally:
+        deliverer.stop()
+        db_close()
 
 
 @cli.command()
@@ -545,14 +566,19 @@ def erase(ctx: click.Context, workspace_id: str, phone: str | None, email: str |
     """Erase the personal data of every lead with this phone or e-mail (DPDP Act erasure)."""
     import uuid
 
+    import marshmallow as ma
+
     from .pipeline import Actor
     from .privacy import erase_person
+    from .schemas import EraseSchema
 
     workspace, phone, email = _person(ctx, workspace_id, phone, email)
-    if not reason.strip():
-        raise click.ClickException("--reason: say why the person's data is erased.")
+    try:
+        reason = EraseSchema().load({"reason": reason})["reason"]   # the API's rule for a reason
+    except ma.ValidationError as exc:
+        raise click.ClickException(f"--reason: {' '.join(exc.messages['reason'])}") from None
     actor = Actor(workspace=workspace, request_id=f"cli-{uuid.uuid4().hex[:16]}", via="cli")
-    erased = erase_person(phone, email, reason.strip(), actor, _refs(ctx, workspace))
+    erased = erase_person(phone, email, reason, actor, _refs(ctx, workspace))
     if as_json:
         _print_json({"erased": erased})
     elif erased:
@@ -577,7 +603,7 @@ def subject(ctx: click.Context, workspace_id: str, phone: str | None, email: str
 @cli.command()
 @click.pass_context
 def check(ctx: click.Context) -> None:
-    """Validate the configuration, the database and Redis; list every problem and how to fix it."""
+    """Validate the configuration, the database, Redis and webhook signing; list every problem and how to fix it."""
     app = _app(ctx)
     settings = app.config["LEADSVC"]
     source = config_path(ctx.obj["config_file"])
@@ -593,6 +619,9 @@ def check(ctx: click.Context) -> None:
         problems += database_problems(url)
         if not problems:
             facts.append(f"database {url} answers and its schema is up to date")
+            webhook_facts, webhook_problems = webhook_findings(settings["webhooks"])
+            facts += webhook_facts
+            problems += webhook_problems
     storage = settings["rate_limits"]["storage"]
     if storage.startswith(("redis://", "rediss://", "unix://")):
         problem = redis_problem(storage)
@@ -625,6 +654,30 @@ def database_problems(url: str) -> list[str]:
         return [f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate` "
                 f"(`leadsvc serve` also migrates when it starts)."]
     return []
+
+
+def webhook_findings(hooks: dict) -> tuple[list[str], list[str]]:
+    """What check says about webhooks: facts (disabled ones among them, with their reason) and
+    problems. A key shorter than webhooks.secret_key's minimum is a configuration error already."""
+    from .models import Webhook
+
+    registered = list(Webhook.select(Webhook.public_id, Webhook.url, Webhook.active, Webhook.disabled_reason)
+                      .order_by(Webhook.created_at, Webhook.id))
+    if not registered:
+        return [], []
+    count = f"{len(registered)} webhook{'s' if len(registered) > 1 else ''} registered"
+    if not hooks["secret_key"]:
+        return [], [f"{count}, but webhooks.secret_key is empty: their deliveries cannot be signed and fail, and no "
+                    f"secret can be issued or rotated. Set webhooks.secret_key (or LEADSVC_WEBHOOKS_SECRET_KEY) to "
+                    f"the key they were created with: every webhook secret derives from it, so another key makes "
+                    f"receivers refuse the signatures until each webhook's secret is rotated and handed over again."]
+    deliverer = ("`leadsvc serve` and `leadsvc worker` deliver" if hooks["deliver_in_serve"]
+                 else "only `leadsvc worker` delivers (webhooks.deliver_in_serve = false)")
+    facts = [f"{count} ({sum(h.active for h in registered)} active), webhooks.secret_key is set; {deliverer}"]
+    facts += [f"webhook {h.public_id} ({h.url}) is disabled and receives no events: "
+              f"{(h.disabled_reason or 'turned off by hand').rstrip('.')}. When its receiver works again, turn it on with "
+              f'PATCH /api/v1/webhooks/{h.public_id} {{"active": true}}.' for h in registered if not h.active]
+    return facts, []
 
 
 def redis_problem(url: str) -> str | None:

@@ -28,7 +28,7 @@ from .export import COLUMNS as EXPORT_COLUMNS
 from .export import FORMULA_STARTS
 from .models import Workspace
 from .problems import Problem, flatten_messages
-from .schemas import LeadCreateSchema
+from .schemas import LeadCreateSchema, trim
 
 CONTACT_COLUMNS = ("first_name", "last_name", "phone", "email", "source", "estimated_value")
 IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS)
@@ -70,7 +70,7 @@ def check_header(header: list[str] | None, refs: Refs) -> list[str]:
     """The column names, or ImportFileError naming the ones that are unknown or repeated."""
     if not header:
         raise ImportFileError("The file is empty; the first row must name the columns.")
-    columns = [name.strip().lower() for name in header]
+    columns = [trim(name).lower() for name in header]
     known = set(CONTACT_COLUMNS) | set(refs.custom_fields) | IGNORED_COLUMNS
     unknown = [name for name in columns if name not in known]
     if unknown:
@@ -99,7 +99,7 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
     for row, cells in enumerate(reader, start=2):   # row 1 is the header, as a spreadsheet counts
         if progress:
             progress(1)
-        if not any(cell.strip() for cell in cells):
+        if not any(trim(cell) for cell in cells):
             continue   # a blank line is not a lead
         report.rows += 1
         if len(cells) > len(columns):
@@ -137,7 +137,7 @@ def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[st
     custom: dict[str, Any] = {}
     problems: dict[str, list[str]] = {}
     for name, raw in cells.items():
-        text = _unescape(raw.strip())
+        text = _unescape(trim(raw))
         if not text or name in IGNORED_COLUMNS:
             continue
         try:

@@ -15,6 +15,7 @@ checked address, with the host name kept for TLS (SNI, certificate) and `Host`.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import logging
@@ -26,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import SplitResult, urlsplit
 
 from . import events
@@ -43,6 +44,9 @@ DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in betwee
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
 ADDRESSES_TRIED = 2                # of those a host resolves to, each connect waiting up to the timeout
+# The longest an attempt takes, in webhooks.timeout: connects to two addresses, the request, the
+# answer's head, its body (two).
+ATTEMPT_TIMEOUTS = 6
 USER_AGENT = "leadsvc/{version}"
 SENDERS = 8            # attempts a delivering process makes at once, each on its own thread and connection
 # How often a delivering process looks for deliveries that other processes wrote (its own commits
@@ -60,9 +64,11 @@ def check_url(url: str, settings: dict[str, Any]) -> SplitResult:
     """The URL's parts if its form is acceptable (https, unless allow_http; a host; no credentials)."""
     try:
         parts = urlsplit(url)
-        parts.port   # noqa: B018 (raises ValueError on a port that is not a number in range)
+        port = parts.port   # raises ValueError on a port that is not a number in 0-65535
     except ValueError:
         raise Refused("Not a valid URL.") from None
+    if port == 0:   # no destination has it (and `parts.port or 443` would quietly send to 443)
+        raise Refused("Not a valid URL: the port must be 1 to 65535.")
     schemes = ("https", "http") if settings["allow_http"] else ("https",)
     if parts.scheme not in schemes:
         raise Refused("Use an https:// URL." if not settings["allow_http"] else "Use an http:// or https:// URL.")
@@ -75,11 +81,24 @@ def check_url(url: str, settings: dict[str, Any]) -> SplitResult:
     return parts
 
 
+# IPv6 ranges whose last 32 bits are an IPv4 address that a NAT64 translator (or, for the
+# deprecated IPv4-compatible form, a tunnel) delivers to; 6to4 (2002::/16) is ipaddress's sixtofour.
+CARRYING_IPV4 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
+
+
 def is_public(address: str) -> bool:
+    """Whether deliveries may go to this address: global and not multicast, and so is the IPv4
+    address an IPv6 one carries (IPv4-mapped, NAT64, 6to4, IPv4-compatible), where it would arrive."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    checked = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            checked = [ip.ipv4_mapped]
+        elif ip.sixtofour:
+            checked.append(ip.sixtofour)
+        elif any(ip in network for network in CARRYING_IPV4):
+            checked.append(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF))
+    return all(each.is_global and not each.is_multicast for each in checked)
 
 
 def resolve(parts: SplitResult, settings: dict[str, Any]) -> list[str]:
@@ -153,6 +172,68 @@ class Answer:
     duration_ms: int = 0
 
 
+class Attempt:
+    """One send: the connection it uses, and whether the watchdog cut it off."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.fired = False
+        self.connection: http.client.HTTPConnection | None = None
+
+    def watch(self, connection: http.client.HTTPConnection) -> http.client.HTTPConnection:
+        self.connection = connection
+        return connection
+
+    def cut(self) -> None:
+        self.fired = True
+        sock = self.connection.sock if self.connection is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)   # the blocked read returns at once
+            except OSError:
+                pass
+
+
+class Watchdog:
+    """Cuts the connection of an attempt whose time is up. The timeout bounds each read, not the
+    answer: a receiver that sends its head a byte at a time would otherwise hold the attempt, and
+    its sender thread, past the claim. One thread watches a sender's attempts while there are any
+    (a timer per attempt would start a thread for every send)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.tick = min(1.0, seconds / 4)   # an attempt is cut at most a tick late
+        self.attempts: set[Attempt] = set()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[Attempt]:
+        attempt = Attempt(time.monotonic() + self.seconds)
+        with self.lock:
+            self.attempts.add(attempt)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="leadsvc-webhook-watchdog", daemon=True)
+                self.thread.start()
+        try:
+            yield attempt
+        finally:
+            with self.lock:
+                self.attempts.discard(attempt)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.tick)
+            now = time.monotonic()
+            with self.lock:
+                if not self.attempts:
+                    self.thread = None
+                    return
+                for attempt in self.attempts:   # under the lock: an attempt that has ended is never cut
+                    if attempt.deadline <= now and not attempt.fired:
+                        attempt.cut()
+
+
 class Sender:
     """POSTs over keep-alive connections, each pinned to the address checked for that send."""
 
@@ -161,11 +242,16 @@ class Sender:
         self.tls = ssl.create_default_context()
         self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
         self.lock = threading.Lock()
+        self.watchdog = Watchdog(ATTEMPT_TIMEOUTS * settings["timeout"])
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
         started = time.perf_counter()
         answer = self._post(url, body, headers)
         answer.duration_ms = round((time.perf_counter() - started) * 1000)
+        # The receiver's bytes (its body, or a status line quoted in an error) are kept as text,
+        # which PostgreSQL refuses with a NUL in it.
+        answer.body, answer.error = (None if text is None else text.replace("\x00", "\ufffd")
+                                     for text in (answer.body, answer.error))
         return answer
 
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
@@ -177,18 +263,25 @@ class Sender:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         key = (parts.scheme, parts.hostname, port, addresses)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        with self.watchdog.attempt() as attempt:
+            answer = self._attempt(key, target, body, headers, attempt)
+        if attempt.fired:   # whatever http.client made of an answer cut short, it is no success
+            return Answer(error=f"No complete answer within {self.watchdog.seconds:g} s.")
+        return answer
+
+    def _attempt(self, key: tuple, target: str, body: bytes, headers: dict[str, str], attempt: Attempt) -> Answer:
         reused = self._take(key)
-        connection = reused or self._connect(key)
+        connection = attempt.watch(reused or self._connect(key))
         try:
             try:
-                return self._exchange(key, connection, target, body, headers)
+                return self._exchange(key, connection, target, body, headers, attempt)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                if reused is None:
+                if reused is None or attempt.fired:
                     raise
                 # The receiver closed the idle connection meanwhile: once more on a new one.
                 connection.close()
-                connection = self._connect(key)
-                return self._exchange(key, connection, target, body, headers)
+                connection = attempt.watch(self._connect(key))
+                return self._exchange(key, connection, target, body, headers, attempt)
         except TimeoutError:
             connection.close()
             return Answer(error=f"No answer within {self.settings['timeout']} s.")
@@ -203,7 +296,7 @@ class Sender:
             return Answer(error=f"{type(exc).__name__}: {exc}"[:500])
 
     def _exchange(self, key: tuple, connection: http.client.HTTPConnection, target: str, body: bytes,
-                  headers: dict[str, str]) -> Answer:
+                  headers: dict[str, str], attempt: Attempt) -> Answer:
         connection.request("POST", target, body=body, headers=headers)
         response = connection.getresponse()
         # The body is read for at most two timeouts in all, so that a receiver that trickles it
@@ -213,7 +306,7 @@ class Sender:
         while read <= DRAINED_RESPONSE and time.monotonic() < deadline and (chunk := response.read1(16384)):
             kept += chunk[:KEPT_RESPONSE - len(kept)]
             read += len(chunk)
-        if response.isclosed() and (response.getheader("Connection") or "").lower() != "close":
+        if response.isclosed() and (response.getheader("Connection") or "").lower() != "close" and not attempt.fired:
             self._give_back(key, connection)
         else:
             connection.close()
@@ -249,7 +342,7 @@ def retry_after(value: str | None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():   # str.isdigit() alone also takes "\u00b2", which float() refuses
         return float(value)
     try:
         from email.utils import parsedate_to_datetime
@@ -292,9 +385,8 @@ class Deliverer:
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
         self.senders = SENDERS
-        # An attempt's claim outlasts anything it can take: connects to two addresses, the request,
-        # the answer's head and its body, each bounded by the timeout (the body by two).
-        self.lease = timedelta(seconds=6 * self.settings["timeout"] + 30)
+        # An attempt's claim outlasts anything it can take.
+        self.lease = timedelta(seconds=ATTEMPT_TIMEOUTS * self.settings["timeout"] + 30)
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()

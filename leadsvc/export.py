@@ -40,10 +40,12 @@ blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",
 
 CHUNK = 500
 RETRY_AFTER_BUSY = 5   # seconds a client waits when every export writer is busy
-# The import's columns first, so an export can be imported into another workspace as it is.
+# The import's columns first, so an export can be imported into another workspace as it is; the
+# import ignores the others (csv_import.IGNORED_COLUMNS). New columns go last, before the custom
+# fields, so that readers going by position keep theirs.
 COLUMNS = ("id", "first_name", "last_name", "phone", "email", "source", "estimated_value", "currency",
            "status", "owner", "owner_email", "team", "score", "score_band", "created_at", "updated_at",
-           "status_changed_at", "last_activity_at")
+           "status_changed_at", "last_activity_at", "lost_reason")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -71,14 +73,21 @@ class LeadExport(MethodView):
         """Export the leads in the caller's scope as CSV, with the list's filters"""
         refs = request_refs()
         unknown = unknown_filters(request.args)
+        headers = {"Content-Disposition": f'attachment; filename="leads-{date.today().isoformat()}.csv"'}
+        if unknown:
+            headers["X-Unknown-Filters"] = ",".join(unknown)
+        if request.method == "HEAD":
+            # The GET's headers without writing the export: its length is known only once it is
+            # written, and HTTP lets a HEAD leave Content-Length out (never send a wrong one).
+            response = Response(mimetype="text/csv", headers=headers)
+            response.automatically_set_content_length = False
+            return response
         filters = {key: value for key, value in params.items() if key != "sort"}
         query = None if unknown else filter_leads(visible_leads(), filters, refs, settings())
         file, size = written(csv_rows(query, params["sort"], refs))
-        response = Response(wrap_file(request.environ, file), mimetype="text/csv", direct_passthrough=True)
+        response = Response(wrap_file(request.environ, file), mimetype="text/csv", direct_passthrough=True,
+                            headers=headers)
         response.content_length = size
-        response.headers["Content-Disposition"] = f'attachment; filename="leads-{date.today().isoformat()}.csv"'
-        if unknown:
-            response.headers["X-Unknown-Filters"] = ",".join(unknown)
         return response
 
 
@@ -141,7 +150,7 @@ def _drain(buffer: io.StringIO) -> str:
 def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
     source, owner = refs.sources.get(lead.source_id), refs.members.get(lead.owner_id)
     team = refs.teams.get(lead.team_id)
-    status = refs.statuses[lead.status_id]
+    status, lost_reason = refs.statuses[lead.status_id], refs.lost_reasons.get(lead.lost_reason_id)
     custom = lead.custom_fields or {}
     # The phone is E.164 checked on the way in (a + and digits): it stays as it is.
     return [lead.public_id, safe_cell(lead.first_name), safe_cell(lead.last_name), lead.phone or "",
@@ -150,7 +159,7 @@ def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
             safe_cell(status.name), safe_cell(owner.name) if owner else "", safe_cell(owner.email) if owner else "",
             safe_cell(team.name) if team else "", lead.score, band(lead.score, refs.settings),
             rfc3339(lead.created_at), rfc3339(lead.updated_at), rfc3339(lead.status_changed_at),
-            rfc3339(lead.last_activity_at) or "",
+            rfc3339(lead.last_activity_at) or "", safe_cell(lost_reason.name) if lost_reason else "",
             *(_custom_cell(custom.get(name)) for name in fields)]
 
 

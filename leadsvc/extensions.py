@@ -46,7 +46,8 @@ class ApiParser(FlaskParser):
             # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
             what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]
             raise ValidationFailed.field("body", f"The request body must be a JSON object, not {what}.")
-        check_storable(data)
+        # A batch checks its items one by one, so that one item's bad text fails that item alone.
+        check_storable(data, skip=getattr(getattr(schema, "Meta", None), "checked_per_item", ()))
         return data
 
     def load_form(self, req: Request, schema: ma.Schema):
@@ -69,9 +70,10 @@ def parse_json_body(body: bytes) -> Any:
         raise ValidationFailed.field("body", "The request body holds a number too long to read.") from None
 
 
-def check_storable(data: Any) -> None:
+def check_storable(data: Any, *, skip: tuple[str, ...] = ()) -> None:
     """422 naming each string no database can store: NUL characters (PostgreSQL refuses them,
-    SQLite cuts strings at them) and lone UTF-16 surrogates (not UTF-8 at all)."""
+    SQLite cuts strings at them) and lone UTF-16 surrogates (not UTF-8 at all). The values of the
+    top-level keys in `skip` are left to the caller."""
     errors: dict[str, list[str]] = {}
     pending: list[tuple[Any, str]] = [(data, "")]
     while pending:   # iterative: the document may be nested as deep as the decoder allows
@@ -83,7 +85,8 @@ def check_storable(data: Any) -> None:
         elif isinstance(value, dict):
             for key, item in value.items():
                 pending.append((key, where or "body"))
-                pending.append((item, f"{where}.{key}" if where else str(key)))
+                if where or key not in skip:
+                    pending.append((item, f"{where}.{key}" if where else str(key)))
         elif isinstance(value, list):
             pending.extend((item, f"{where}.{index}" if where else str(index)) for index, item in enumerate(value))
     if errors:

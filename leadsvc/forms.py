@@ -32,7 +32,8 @@ from .limits import client_ip
 from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
                        flatten_messages)
-from .schemas import HONEYPOT, NAME_LENGTH, FormReceiptSchema, FormSubmissionSchema
+from .schemas import (BLANK_PATTERN, HONEYPOT, NAME_LENGTH, NOT_BLANK_PATTERN, FormReceiptSchema, FormSubmissionSchema,
+                      is_blank, trim)
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -44,7 +45,7 @@ TRUE_WORDS, FALSE_WORDS = ("true", "on", "yes", "1"), ("false", "off", "no", "0"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 HTML_PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
-NOT_BLANK = {"pattern": r"\S"}   # an input of only spaces is one left empty
+NOT_BLANK = {"pattern": NOT_BLANK_PATTERN}   # an input of only whitespace (or controls) is one left empty
 FORM_FIELDS = {
     "type": "object",
     "description": "The HTML form's fields; an empty input means not given. Answered with HTML.",
@@ -53,7 +54,7 @@ FORM_FIELDS = {
         "last_name": {"type": "string", "maxLength": NAME_LENGTH},
         "phone": {"type": "string"},
         "email": {"type": "string"},
-        HONEYPOT: {"type": "string", "pattern": r"^\s*$", "description": "The honeypot: leave it empty."},
+        HONEYPOT: {"type": "string", "pattern": BLANK_PATTERN, "description": "The honeypot: leave it empty."},
         CONSENT: {"type": "string", "description": "The consent checkbox: any non-empty value consents to the "
                                                    "form's notice (required when the form says so)."},
     },
@@ -136,11 +137,11 @@ def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) 
     data: dict[str, Any] = {}
     custom: dict[str, Any] = {}
     for name, value in fields.items():
-        if not value.strip():
+        if is_blank(value):
             continue
         if name.startswith(CUSTOM_PREFIX):
             key = name[len(CUSTOM_PREFIX):]
-            custom[key] = typed(value.strip(), definitions.get(key))
+            custom[key] = typed(trim(value), definitions.get(key))
         elif name == CONSENT:   # a ticked checkbox, whatever its value
             data[name] = True
         else:
@@ -186,7 +187,7 @@ def accept_in_even_time(form: Form, data: Mapping[str, Any], refs: Refs) -> None
 
 def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created | None:
     """Create the lead a submission describes; None when the honeypot says a bot sent it."""
-    if str(data.get(HONEYPOT) or "").strip():
+    if not is_blank(str(data.get(HONEYPOT) or "")):
         return None
     errors: dict[str, list[str]] = {}
     try:

@@ -15,7 +15,7 @@ from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
                         LeadSchema, Refs, StatusMoveResultSchema, activity_document, etag, json_response,
                         lead_document, note_document, request_refs, transition_document)
-from .extensions import Blueprint
+from .extensions import Blueprint, check_storable
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
 from .models import Activity, Note
 from .problems import Forbidden, Problem, flatten_messages
@@ -119,6 +119,7 @@ class LeadsBatch(MethodView):
         for index, item in enumerate(batch["leads"]):
             result = {"index": index, "status": 422, "duplicate": False, "lead": None, "errors": None}
             try:
+                check_storable(item)
                 created, body = create_answer(schema.load(item), who, refs)
             except ma.ValidationError as exc:
                 result["errors"] = flatten_messages(exc.messages)
@@ -146,7 +147,7 @@ class LeadResource(MethodView):
         """Read a lead, optionally with its activities and notes"""
         lead = visible_lead_or_404(public_id)
         tag = etag(lead)
-        includes = {part.strip() for part in query.get("include", "").split(",") if part.strip()}
+        includes = query.get("include", frozenset())
         if not includes and request.if_none_match.contains_raw(tag):
             return json_response(None, 304, {"ETag": tag})
         refs = request_refs()

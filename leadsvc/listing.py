@@ -19,6 +19,7 @@ from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS, Refs
 from .models import Lead, public_id_pattern, public_id_regex
+from .schemas import SPACE_PATTERN, comma_separated, list_items, trim
 from .scoring import band_ranges
 
 PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90_days", "this_week",
@@ -89,7 +90,7 @@ def _utc(value: date | datetime, zone: ZoneInfo) -> datetime:
 
 def parse_period(text: str) -> Period:
     """`last_30_days`, or `FROM..TO` with ISO dates or datetimes and either end open."""
-    text = text.strip()
+    text = trim(text)
     if text in PERIOD_KEYWORDS:
         return Period(keyword=text)
     if ".." not in text:
@@ -104,7 +105,7 @@ def parse_period(text: str) -> Period:
 
 
 def _moment(text: str) -> date | datetime | None:
-    text = text.strip()
+    text = trim(text)
     if not text:
         return None
     try:
@@ -127,12 +128,6 @@ def _comparable(value: date | datetime) -> datetime:
 
 # --- query parameters ------------------------------------------------------------------------
 
-def comma_separated(item: str) -> str:
-    """The pattern of a comma-separated list of the item's pattern, as the fields below split it
-    (Python's \\s is what str.strip takes off)."""
-    return rf"^\s*{item}\s*(,\s*{item}\s*)*$"
-
-
 class IdList(ma.fields.String):
     """Comma-separated public ids of one kind (OR)."""
 
@@ -143,7 +138,7 @@ class IdList(ma.fields.String):
                                    "pattern": comma_separated(public_id_regex(prefix))}, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        ids = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        ids = list_items(super()._deserialize(value, attr, data, **kwargs))
         bad = [i for i in ids if not self.pattern.match(i)]
         if bad:
             raise ma.ValidationError(f"Not {self.prefix}... ids: {', '.join(bad)}.")
@@ -152,7 +147,7 @@ class IdList(ma.fields.String):
 
 class Bands(ma.fields.String):
     def _deserialize(self, value, attr, data, **kwargs):
-        bands = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        bands = list_items(super()._deserialize(value, attr, data, **kwargs))
         if any(b not in BANDS for b in bands):
             raise ma.ValidationError("Use hot, warm and/or cold, comma-separated.")
         return list(dict.fromkeys(bands))   # each band once: one OR term per band, however often named
@@ -170,7 +165,7 @@ CREATED_AT_HELP = ("`FROM..TO` with ISO dates or datetimes, either end open (dat
                    "workspace's time zone), or one of: " + ", ".join(PERIOD_KEYWORDS) + ".")
 # A keyword or anything with `..`: what parse_period takes apart (whether the ends are dates is
 # for it to say).
-CREATED_AT_PATTERN = rf"^\s*({'|'.join(PERIOD_KEYWORDS)})\s*$|\.\."
+CREATED_AT_PATTERN = rf"^{SPACE_PATTERN}*({'|'.join(PERIOD_KEYWORDS)}){SPACE_PATTERN}*$|\.\."
 
 
 class ReportFilterQuery(ma.Schema):

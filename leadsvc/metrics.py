@@ -12,6 +12,7 @@ import threading
 import time
 from bisect import bisect_left
 from ipaddress import ip_address
+from typing import Callable, Iterable
 
 from flask import Blueprint, Flask, Response, current_app, g, request
 
@@ -19,7 +20,7 @@ from .config import networks
 from .db import UNAVAILABLE_ERRORS
 from .models import Delivery, utcnow
 from .observability import request_route
-from .problems import NotFound
+from .problems import NotFound, problem_response
 
 blp = Blueprint("metrics", __name__)
 
@@ -144,6 +145,18 @@ def init_app(app: Flask) -> None:
         return response
 
     app.register_blueprint(blp)
+
+
+def metrics_only(app: Flask) -> Callable[[dict, Callable], Iterable[bytes]]:
+    """The app as `leadsvc worker --metrics-port` serves it: /metrics (with its allow_from rule),
+    and the app's 404 problem for any other path, which never reaches the API."""
+    def wsgi(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/metrics":
+            return app(environ, start_response)
+        with app.request_context(environ):
+            response = problem_response(404, "not_found")
+        return response(environ, start_response)
+    return wsgi
 
 
 @blp.get("/metrics")

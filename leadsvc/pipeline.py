@@ -22,7 +22,7 @@ from .documents import (ActorNames, Refs, activity_document, consent_document, e
 from .models import (CONTACT_KINDS, Activity, AuditEntry, Consent, CustomField, Form, Lead, LostReason, Member, Note,
                      Status, Token, Transition, Workspace, utcnow)
 from .problems import Conflict, Forbidden, NotFound, PreconditionFailed, ValidationFailed
-from .schemas import missing_contact, rfc3339
+from .schemas import missing_contact, rfc3339, trim
 from .scoring import ENGAGEMENT_POINTS, score_lead
 
 MAX_TEXT_FIELD = 500   # characters in a text custom field
@@ -125,7 +125,7 @@ def _field_value(value: Any, definition: CustomField) -> Any:
     if kind == "text":
         if not isinstance(value, str):
             raise ValueError("Must be a string.")
-        value = value.strip()
+        value = trim(value)
         if len(value) > MAX_TEXT_FIELD:
             raise ValueError(f"At most {MAX_TEXT_FIELD} characters.")
         return value
@@ -235,9 +235,15 @@ def leads_with_contact(workspace_id: int, phone: str | None, email: str | None) 
 
 
 def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
-    """The existing lead with this phone (first) or e-mail, and which of the two it matched on."""
+    """The existing lead with this phone (first) or e-mail, and which of the two it matched on,
+    locked until the transaction ends (in the caller's transaction).
+
+    The lock keeps an erasure (or a change of contact) out until the duplicate's history is
+    written, so that an erasure scrubs it; PostgreSQL checks a row it waited for against the
+    condition again, so a lead erased meanwhile (its contact null) is no match. In id order, so
+    that two creates matching the same leads lock them in the same order."""
     query = leads_with_contact(workspace_id, phone, email)
-    candidates = [] if query is None else list(query.tuples())
+    candidates = [] if query is None else list(for_update(query.order_by(Lead.id)).tuples())
     if not candidates:
         return None, []
     lead_id, lead_phone, lead_email = next((c for c in candidates if phone and c[1] == phone), candidates[0])
@@ -284,10 +290,10 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 "owner": member_ref(assignment.member), "summary": assignment.summary, **assignment.reason}})
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
-        existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
-        if existing is None:
-            raise
         with transaction():
+            existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
+            if existing is None:
+                raise
             return _duplicate(existing, matched_on, data, actor, refs)
     return Created(lead, duplicate=False)
 
@@ -319,9 +325,6 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
         if not actor.may("leads:update"):
             raise Forbidden(f"A lead with this {' and '.join(matched_on)} exists; on_duplicate={on_duplicate} "
                             "needs the leads:update ability. Nothing was changed.")
-        # Locked before the activity below: its foreign key takes a share lock on the lead, and two
-        # upserts holding that and both waiting for update_lead's exclusive lock would deadlock.
-        lead = lock_lead(lead, actor)
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     record_activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
                     {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}

@@ -17,7 +17,7 @@ from flask.views import MethodView
 
 from . import events, idempotency, pipeline
 from .auth import caller, requires, visible_lead_or_404
-from .db import transaction
+from .db import for_update, transaction
 from .documents import (ActorNames, ErasuresSchema, LeadSchema, Refs, SubjectSchema, activity_document,
                         audit_document, consent_document, etag, json_response, lead_document, note_document,
                         request_refs, transition_document)
@@ -46,7 +46,9 @@ def erase_person(phone: str | None, email: str | None, reason: str, actor: Actor
     erased = []
     with transaction():
         query = leads_with_contact(actor.workspace.id, phone, email)
-        for lead in query.order_by(Lead.id) if query is not None else []:
+        # Locked in one statement, in id order: a lead erased on its own meanwhile is then waited
+        # for and no longer matches (its contact is null), instead of a 409 for the whole person.
+        for lead in for_update(query.order_by(Lead.id)) if query is not None else []:
             current = lock_lead(lead, actor)
             _erase(current, reason, actor, refs)
             erased.append(current.public_id)

@@ -205,11 +205,13 @@ def problem_response(status: int, code: str, detail: str | None = None, *,
 
 
 def flatten_messages(messages: Any, prefix: str = "") -> dict[str, list[str]]:
-    """webargs/marshmallow nested messages -> {"contact.phone": [...]}; `_schema` becomes `body`."""
+    """webargs/marshmallow nested messages -> {"contact.phone": [...]}; `_schema` (marshmallow's
+    name for a schema's own errors, such as a nested object that is not one) becomes the field
+    that holds the schema, or `body` at the top."""
     flat: dict[str, list[str]] = {}
     if isinstance(messages, Mapping):
         for key, value in messages.items():
-            name = "body" if key == "_schema" and not prefix else f"{prefix}{key}"
+            name = (prefix.rstrip(".") or "body") if key == "_schema" else f"{prefix}{key}"
             if isinstance(value, Mapping):
                 flat.update(flatten_messages(value, name + "."))
             else:

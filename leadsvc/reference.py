@@ -10,8 +10,8 @@ from flask.views import MethodView
 from .auth import caller, requires
 from .extensions import Blueprint
 from .models import CustomField, Form, LostReason, Member, Source, Status, Team
-from .schemas import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, SourceSchema, StatusSchema,
-                      TeamSchema, page_of, whole_page)
+from .schemas import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, NoQuery, SourceSchema,
+                      StatusSchema, TeamSchema, page_of, whole_page)
 
 blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Reference data of the caller's workspace.")
 
@@ -24,6 +24,7 @@ def pipeline(workspace_id: int) -> list[Status]:
 @blp.route("/statuses")
 class Statuses(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(StatusSchema))
     def get(self):
         """List the pipeline's statuses in order"""
@@ -36,6 +37,7 @@ class Statuses(MethodView):
 @blp.route("/sources")
 class Sources(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(SourceSchema))
     def get(self):
         """List the lead sources"""
@@ -45,6 +47,7 @@ class Sources(MethodView):
 @blp.route("/members")
 class Members(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(MemberSchema))
     def get(self):
         """List the workspace's members"""
@@ -55,6 +58,7 @@ class Members(MethodView):
 @blp.route("/teams")
 class Teams(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(TeamSchema))
     def get(self):
         """List the teams"""
@@ -64,6 +68,7 @@ class Teams(MethodView):
 @blp.route("/custom-fields")
 class CustomFields(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(CustomFieldSchema))
     def get(self):
         """List the custom fields a lead may carry"""
@@ -74,6 +79,7 @@ class CustomFields(MethodView):
 @blp.route("/lost-reasons")
 class LostReasons(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(LostReasonSchema))
     def get(self):
         """List the reasons a move to a lost status may give"""
@@ -84,6 +90,7 @@ class LostReasons(MethodView):
 @blp.route("/forms")
 class Forms(MethodView):
     @requires()
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(FormSchema))
     def get(self):
         """List the web forms, each with the path of its page"""

@@ -112,6 +112,57 @@ def whole_page(items) -> dict:
 
 # --- input fields: normalization happens here, at the boundary -------------------------------
 
+# Whitespace, as the `\s` of JSON Schema's regular expressions (ECMA-262) means it: tab, line
+# feed, vertical tab, form feed, carriage return, the space separators (Zs), U+2028, U+2029 and
+# U+FEFF. Input is trimmed of these alone: Python's str.strip() and isspace() take a set of their
+# own (U+001C-U+001F and U+0085 too, U+FEFF not), so what the published patterns allow around a
+# value would not be what the code takes off.
+WHITESPACE = ("\t\n\v\f\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+              "\u2028\u2029\u202f\u205f\u3000\ufeff")
+CONTROL = "".join(map(chr, (*range(0x20), *range(0x7F, 0xA0))))   # Unicode's Cc
+
+
+def char_class(chars: str, negated: bool = False) -> str:
+    """A regular expression class of exactly these characters, in \\u escapes: ECMA-262 (the
+    published document's dialect) and Python read it alike, which they do not `\\s`."""
+    runs: list[list[int]] = []
+    for code in sorted(set(map(ord, chars))):
+        if runs and code == runs[-1][1] + 1:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code])
+    body = "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in runs)
+    return f"[{'^' if negated else ''}{body}]"
+
+
+SPACE_PATTERN = char_class(WHITESPACE)
+# Text that must say something holds a character that is neither whitespace nor a control
+# character: a note of a lone U+001E says nothing, and neither does one of U+0085.
+NOT_BLANK_PATTERN = char_class(WHITESPACE + CONTROL, negated=True)
+BLANK_PATTERN = f"^{char_class(WHITESPACE + CONTROL)}*$"
+
+
+def trim(text: str) -> str:
+    """The text without the whitespace at its ends (WHITESPACE; never a bare str.strip())."""
+    return text.strip(WHITESPACE)
+
+
+def is_blank(text: str) -> bool:
+    """Whether the text holds nothing but whitespace and control characters (NOT_BLANK_PATTERN)."""
+    return all(ch in WHITESPACE or ch in CONTROL for ch in text)
+
+
+def comma_separated(item: str) -> str:
+    """The pattern of a comma-separated list of the item's pattern, whitespace around each item
+    allowed: what list_items takes apart."""
+    return rf"^{SPACE_PATTERN}*{item}{SPACE_PATTERN}*(,{SPACE_PATTERN}*{item}{SPACE_PATTERN}*)*$"
+
+
+def list_items(text: str) -> list[str]:
+    """The items of a comma-separated query value, each trimmed (an empty one stays, to be refused)."""
+    return [trim(part) for part in text.split(",")]
+
+
 class Text(ma.fields.String):
     """A trimmed string of at most max_length characters."""
 
@@ -120,7 +171,7 @@ class Text(ma.fields.String):
         super().__init__(validate=ma.validate.Length(max=max_length), **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        return super()._deserialize(value, attr, data, **kwargs).strip()
+        return trim(super()._deserialize(value, attr, data, **kwargs))
 
 
 class IndianMobile(ma.fields.String):
@@ -134,7 +185,7 @@ class IndianMobile(ma.fields.String):
         super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        raw = super()._deserialize(value, attr, data, **kwargs).strip()
+        raw = trim(super()._deserialize(value, attr, data, **kwargs))
         normalized = normalize_indian_mobile(raw) if len(raw) <= self.MAX_LENGTH else None
         if normalized is None:
             raise self.make_error("invalid_mobile")
@@ -185,8 +236,18 @@ class LowerEmail(ma.fields.Email):
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, str):
-            value = value.strip()
+            value = trim(value)
         return super()._deserialize(value, attr, data, **kwargs).lower()
+
+
+class JsonBoolean(ma.fields.Boolean):
+    """JSON true or false, nothing else: marshmallow's Boolean also takes "yes", "on", 1 and 0, and
+    truthy={True}, falsy={False} still lets 1 and 0 through (1 == True)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise self.make_error("invalid")
+        return value
 
 
 class PublicId(ma.fields.String):
@@ -271,8 +332,9 @@ ON_DUPLICATE = ("ignore", "update", "fill_empty")
 
 
 def required_text(max_length: int, metadata: dict) -> Text:
-    """A trimmed string of 1..max_length characters (blank after trimming counts as missing)."""
-    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": r"\S", **metadata})
+    """A trimmed string of 1..max_length characters that says something (is_blank is refused by
+    the schema's own validator, with its sentence)."""
+    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": NOT_BLANK_PATTERN, **metadata})
 
 
 PURPOSE_LENGTH, NOTICE_VERSION_LENGTH = 200, 64
@@ -287,7 +349,7 @@ class ConsentGivenSchema(ma.Schema):
 
     @ma.validates("purpose")
     def _not_blank(self, value, **kwargs):
-        if not value:
+        if is_blank(value):
             raise ma.ValidationError("Say what the person consented to: the purpose is empty.")
 
 
@@ -326,11 +388,12 @@ MAX_BATCH = 100
 
 class LeadBatchSchema(ma.Schema):
     # Items are read one by one, each as a create body: an item that is not valid fails alone (its
-    # result is a 422) and the others go in.
-    leads = ma.fields.List(ma.fields.Raw(), required=True, validate=ma.validate.Length(
+    # result is a 422) and the others go in; null too, which is no more an object than 7 is.
+    leads = ma.fields.List(ma.fields.Raw(allow_none=True), required=True, validate=ma.validate.Length(
         1, MAX_BATCH, error=f"Send 1 to {MAX_BATCH} leads."))
 
     class Meta:
+        checked_per_item = ("leads",)   # for text no database stores, too (extensions.check_storable)
         # The items' shape is a create body's, though each is checked on its own.
         json_schema = {"properties": {"leads": {
             "type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": {"$ref": "#/components/schemas/LeadCreate"},
@@ -346,7 +409,7 @@ class LeadPatchSchema(ma.Schema):
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues(metadata={"description": "Merged key by key; a null value removes the key."})
     owner = PublicId("mem_", metadata={"description": "Needs the leads:assign ability."})
-    do_not_contact = ma.fields.Boolean(truthy={True}, falsy={False}, metadata={
+    do_not_contact = JsonBoolean(metadata={
         "description": "While true, calls, e-mails and messages cannot be logged on the lead (409)."})
 
     class Meta:
@@ -369,16 +432,37 @@ class StatusMoveSchema(ma.Schema):
                        "when the workspace defines reasons; refused on a move to any other status."})
 
 
-class LeadReadQuery(ma.Schema):
-    include = ma.fields.String(validate=ma.validate.Length(max=50), metadata={
-        "description": "Comma-separated: activities, notes.",
-        "pattern": r"^\s*(activities|notes)\s*(,\s*(activities|notes)\s*)*$"})
+INCLUDES = ("activities", "notes")
 
-    @ma.validates("include")
-    def _known_includes(self, value, **kwargs):
-        unknown = [part for part in value.split(",") if part.strip() not in ("activities", "notes")]
-        if unknown:
-            raise ma.ValidationError(f"Unknown include {', '.join(unknown)!s}; use activities and/or notes.")
+
+class Includes(ma.fields.String):
+    """`include`: what a lead's document also carries, loaded as a set."""
+
+    MAX_LENGTH = 50
+
+    def __init__(self, **kwargs):
+        super().__init__(metadata={"description": "Comma-separated: activities, notes.", "maxLength": self.MAX_LENGTH,
+                                   "pattern": comma_separated(f"({'|'.join(INCLUDES)})")}, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        if len(text) > self.MAX_LENGTH:   # before anything is echoed back
+            raise ma.ValidationError(f"Longer than maximum length {self.MAX_LENGTH}.")
+        items = list_items(text)
+        unknown = [item for item in items if item not in INCLUDES]
+        if unknown:   # named as written, so that a control character in one shows
+            raise ma.ValidationError(f"Unknown include {', '.join(map(repr, unknown))}; use activities and/or notes.")
+        return frozenset(items)
+
+
+class NoQuery(ma.Schema):
+    """The query of a route that takes no parameters: any is 422 (unknown field), so that a typo or
+    a filter the route does not have is never silently ignored. Used with as_kwargs=True, it hands
+    the view nothing."""
+
+
+class LeadReadQuery(ma.Schema):
+    include = Includes()
 
 
 # --- timeline --------------------------------------------------------------------------------
@@ -405,7 +489,7 @@ class NoteCreateSchema(ma.Schema):
 
     @ma.validates("body")
     def _not_blank(self, value, **kwargs):
-        if not value:
+        if is_blank(value):
             raise ma.ValidationError("Write something: the note is empty.")
 
 
@@ -417,7 +501,7 @@ class ActivityCreateSchema(ma.Schema):
 
     @ma.validates("summary")
     def _not_blank(self, value, **kwargs):
-        if not value:
+        if is_blank(value):
             raise ma.ValidationError("Say what happened: the summary is empty.")
 
     @ma.validates("occurred_at")
@@ -440,10 +524,10 @@ class FormSubmissionSchema(LeadCreateSchema):
     """A web-form submission: the lead's contact and custom fields; the form sets the source."""
 
     website = ma.fields.String(load_only=True, metadata={
-        "pattern": r"^\s*$",
+        "pattern": BLANK_PATTERN,
         "description": "The honeypot: leave it out or empty. A submission that fills it is answered "
                        "like a success and dropped."})
-    consent = ma.fields.Boolean(truthy={True}, falsy={False}, metadata={
+    consent = JsonBoolean(metadata={
         "description": "true: the person consents to the form's notice (required when the form says so)."})
 
     class Meta:
@@ -473,7 +557,7 @@ class EraseSchema(ma.Schema):
 
     @ma.validates("reason")
     def _not_blank(self, value, **kwargs):
-        if not value:
+        if is_blank(value):
             raise ma.ValidationError("Say why: the reason is empty.")
 
 

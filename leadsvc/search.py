@@ -21,7 +21,7 @@ from typing import Iterable
 import peewee as pw
 
 from .models import Lead, LeadNamePart
-from .schemas import is_phone_text
+from .schemas import is_phone_text, trim
 
 MIN_LENGTH, MAX_LENGTH = 2, 100
 MIN_PHONE_DIGITS = 4
@@ -46,7 +46,7 @@ class Search:
 
 def parse(text: str) -> Search:
     """What a `q` asks for; ValueError (a sentence for people) if it cannot be a search."""
-    text = text.strip()
+    text = trim(text)
     if len(text) < MIN_LENGTH:
         raise ValueError(f"Type at least {MIN_LENGTH} characters.")
     if len(text) > MAX_LENGTH:

@@ -53,10 +53,12 @@ class CannotListen(Exception):
     """The address is taken, or not one of this machine's."""
 
 
-def listen(app: Flask, host: str, port: int) -> Any:
-    """A waitress server for the app with the [server] settings, listening but not yet serving."""
+def listen(app: Flask, host: str, port: int, wsgi: Any = None, **options: Any) -> Any:
+    """A waitress server for the app (or wsgi, a part of it) with the [server] settings, changed
+    by options; listening but not yet serving."""
     try:
-        return create_server(app, host=host, port=port, **waitress_options(app, app.config["LEADSVC"]["server"]))
+        return create_server(wsgi or app, host=host, port=port,
+                             **{**waitress_options(app, app.config["LEADSVC"]["server"]), **options})
     except OSError as exc:
         raise CannotListen(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
 
@@ -70,8 +72,19 @@ class Stop(wasyncore.ExitNow):
 
 def serve(app: Flask, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests being served and close the pool."""
-    timeout = app.config["LEADSVC"]["server"]["shutdown_timeout"]
     server = listen(app, host, port)
+    log.info("serving on http://%s:%s", server.effective_host, server.effective_port)
+    try:
+        run(app, server)
+    finally:
+        db.close()
+
+
+def run(app: Flask, server: Any) -> None:
+    """Run a listening server (from listen) in this thread, the main one, until SIGTERM or SIGINT;
+    then finish the requests being served. Only the event loop's own thread stops it: a socket
+    closed by another thread while the loop polls it is an error in the loop."""
+    timeout = app.config["LEADSVC"]["server"]["shutdown_timeout"]
     stopping: list[str] = []
 
     def stop(signum: int, frame: Any) -> None:
@@ -82,7 +95,6 @@ def serve(app: Flask, host: str, port: int) -> None:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        log.info("serving on http://%s:%s", server.effective_host, server.effective_port)
         server.run()
     except Stop:
         log.info("%s: no new connections; finishing the requests in flight", stopping[0])
@@ -90,7 +102,6 @@ def serve(app: Flask, host: str, port: int) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        db.close()
 
 
 def finish(server: Any, timeout: float) -> None:

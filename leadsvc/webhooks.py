@@ -12,14 +12,15 @@ from flask.views import MethodView
 from . import cursor, delivery, events
 from .auth import caller, requires
 from .config import settings
-from .db import database, transaction
+from .db import database, for_update, transaction
 from .documents import json_response
 from .extensions import Blueprint
 from .idempotency import shows_secret
-from .listing import comma_separated, page_document
-from .models import DELIVERY_STATES, Delivery, Event, Webhook, public_id_pattern, utcnow
+from .listing import page_document
+from .models import DELIVERY_STATES, Delivery, Event, Webhook, Workspace, public_id_pattern, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
-from .schemas import HistoryQuery, Text, UtcDateTime, one, page_of, rfc3339, whole_page
+from .schemas import (HistoryQuery, JsonBoolean, NoQuery, Text, UtcDateTime, comma_separated, list_items, one, page_of,
+                      rfc3339, whole_page)
 
 blp = Blueprint("webhooks", __name__, url_prefix="/api/v1/webhooks",
                 description="HTTPS endpoints that receive the workspace's events, signed (Standard Webhooks).")
@@ -54,7 +55,7 @@ class WebhookPatchSchema(ma.Schema):
     url = Text(2048)
     events = EventTypes()
     description = Text(500)
-    active = ma.fields.Boolean(metadata={"description": "true again clears disabled_reason."})
+    active = JsonBoolean(metadata={"description": "true again clears disabled_reason."})
 
 
 class WebhookSchema(ma.Schema):
@@ -93,7 +94,7 @@ class DeliverySchema(ma.Schema):
 
 class States(ma.fields.String):
     def _deserialize(self, value, attr, data, **kwargs):
-        states = [part.strip() for part in super()._deserialize(value, attr, data, **kwargs).split(",")]
+        states = list_items(super()._deserialize(value, attr, data, **kwargs))
         if any(state not in DELIVERY_STATES for state in states):
             raise ma.ValidationError(f"Use {', '.join(DELIVERY_STATES)}, comma-separated.")
         return sorted(set(states))
@@ -144,6 +145,8 @@ def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[s
     salt = events.new_salt()
     secret = _secret(salt, config)
     with transaction():
+        # The workspace's row is locked before counting: two registrations must not both count 49.
+        for_update(Workspace.select(Workspace.id).where(Workspace.id == workspace_id)).first()
         if Webhook.select().where(Webhook.workspace == workspace_id).count() >= MAX_WEBHOOKS:
             raise Conflict(f"A workspace has at most {MAX_WEBHOOKS} webhooks; delete one first.")
         hook = Webhook.create(workspace=workspace_id, url=url, events=data["events"],
@@ -151,14 +154,25 @@ def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[s
     return hook, secret
 
 
+def lock_webhook(hook: Webhook) -> Webhook:
+    """The webhook's current row, locked until the transaction ends: what the view looked up may
+    have been changed (rotated, disabled by the deliverer) or deleted meanwhile."""
+    current = for_update(Webhook.select().where(Webhook.id == hook.id)).first()
+    if current is None:
+        raise NotFound(f"No webhook {hook.public_id}.")
+    return current
+
+
 def update_webhook(hook: Webhook, changes: Mapping[str, Any], config: Mapping[str, Any]) -> Webhook:
     """Change the fields sent; active false gives up on the scheduled deliveries, true clears the reason."""
-    if "url" in changes:
-        hook.url = _checked_url(changes["url"], config)
-    for name in ("events", "description"):
-        if name in changes:
-            setattr(hook, name, changes[name])
+    url = _checked_url(changes["url"], config) if "url" in changes else None
     with transaction():
+        hook = lock_webhook(hook)
+        if url is not None:
+            hook.url = url
+        for name in ("events", "description"):
+            if name in changes:
+                setattr(hook, name, changes[name])
         if "active" in changes and changes["active"] != hook.active:
             hook.active = changes["active"]
             if hook.active:
@@ -169,14 +183,17 @@ def update_webhook(hook: Webhook, changes: Mapping[str, Any], config: Mapping[st
     return hook
 
 
-def rotate_secret(hook: Webhook, config: Mapping[str, Any]) -> str:
-    """A new secret; the previous one signs too for the next 24 hours."""
+def rotate_secret(hook: Webhook, config: Mapping[str, Any]) -> tuple[Webhook, str]:
+    """The webhook with a new secret, and the secret; the previous one signs too for the next 24 hours."""
     salt = events.new_salt()
     secret = _secret(salt, config)
     with transaction():
-        Webhook.update(secret_salt=salt, previous_salt=hook.secret_salt,
-                       previous_expires_at=utcnow() + events.ROTATION_OVERLAP).where(Webhook.id == hook.id).execute()
-    return secret
+        hook = lock_webhook(hook)
+        hook.secret_salt, hook.previous_salt = salt, hook.secret_salt
+        hook.previous_expires_at = utcnow() + events.ROTATION_OVERLAP
+        # Only the salts: saving the subscription columns would bump the workspace's refs_version.
+        hook.save(only=[Webhook.secret_salt, Webhook.previous_salt, Webhook.previous_expires_at])
+    return hook, secret
 
 
 def delete_webhook(hook: Webhook) -> None:
@@ -187,9 +204,10 @@ def delete_webhook(hook: Webhook) -> None:
 
 def send_test(hook: Webhook) -> tuple[Delivery, Event]:
     """A webhook.test event for this webhook alone, due at once."""
-    if not hook.active:
-        raise Conflict("The webhook is disabled; set active to true first.")
     with transaction():
+        hook = lock_webhook(hook)
+        if not hook.active:
+            raise Conflict("The webhook is disabled; set active to true first.")
         event = events.write(hook.workspace_id, events.TEST_EVENT,
                              {"webhook": {"id": hook.public_id, "url": hook.url}}, [hook.id])
         row = Delivery.get((Delivery.event == event.id) & (Delivery.webhook == hook.id))
@@ -198,9 +216,10 @@ def send_test(hook: Webhook) -> tuple[Delivery, Event]:
 
 def replay(row: Delivery, hook: Webhook) -> Delivery:
     """The delivery again, as its next attempt, due now (its retry schedule starts over)."""
-    if not hook.active:
-        raise Conflict("The webhook is disabled; set active to true first.")
     with transaction():
+        if not lock_webhook(hook).active:
+            raise Conflict("The webhook is disabled; set active to true first.")
+        # Locked, the webhook keeps its deliveries; the delivery went only if it went with it.
         Delivery.update(state="pending", failures=0, next_attempt_at=utcnow()).where(Delivery.id == row.id).execute()
         database.after_commit(events.work_waiting.set)
     return Delivery.get_by_id(row.id)
@@ -245,6 +264,7 @@ def _hook(public_id: str) -> Webhook:
 @blp.route("")
 class Webhooks(MethodView):
     @requires("webhooks:manage")
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(WebhookSchema))
     def get(self):
         """List the workspace's webhooks"""
@@ -269,6 +289,7 @@ class Webhooks(MethodView):
 @blp.route("/<webhook_id:public_id>")
 class WebhookResource(MethodView):
     @requires("webhooks:manage")
+    @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, one(WebhookSchema))
     @blp.alt_response(404, response="NOT_FOUND")
     def get(self, public_id):
@@ -301,8 +322,7 @@ class WebhookRotation(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Rotate the signing secret (the previous one also signs for 24 hours)"""
-        hook = _hook(public_id)
-        secret = rotate_secret(hook, settings())
+        hook, secret = rotate_secret(_hook(public_id), settings())
         shows_secret()
         return json_response({"data": webhook_document(hook, secret, with_secret=True)})
 

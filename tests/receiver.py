@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +31,13 @@ class Received:
 
 # (status, headers, body) a receiver answers with; the default answers every request 204.
 Answer = tuple[int, dict[str, str], bytes]
+
+
+class ReceiverServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # Two delivering processes connect 16 at a time: past socketserver's backlog of 5 the kernel
+    # resets connections, and the deliveries retry them (attempts 2 where a test expects 1).
+    request_queue_size = 128
 
 
 class Receiver:
@@ -61,8 +69,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = ReceiverServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -80,3 +87,57 @@ class Receiver:
 
     def of_type(self, event_type: str) -> list[dict[str, Any]]:
         return [event for event in self.events() if event["type"] == event_type]
+
+
+class RawReceiver:
+    """A receiver that answers each request with bytes no HTTP library would write: `answer(sock)`
+    writes what it likes (a broken status line, a head trickled a byte at a time), then the
+    connection closes."""
+
+    def __init__(self, answer: Callable[[socket.socket], None]):
+        self.answer = answer
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)   # accept() looks at `stopping` this often
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hook"
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            connection.settimeout(30)
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            try:
+                self._read_request(connection)
+                self.answer(connection)
+            except OSError:
+                pass   # the sender gave up on the connection
+
+    @staticmethod
+    def _read_request(connection: socket.socket) -> None:
+        """Read the whole request, so that closing the connection does not reset it."""
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += connection.recv(65536) or b"\r\n\r\n"
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length and (chunk := connection.recv(65536)):
+            body += chunk
+
+    def __enter__(self) -> "RawReceiver":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.listener.close()

@@ -68,6 +68,35 @@ def test_items_of_one_batch_with_the_same_contact_make_one_lead(client, ws):
     assert Lead.select().where(Lead.phone == phone).count() == 1
 
 
+@pytest.mark.parametrize("item", [None, 7, [], "text"])
+def test_an_item_that_is_not_an_object_fails_alone(client, ws, item):
+    # Only the envelope fails the whole batch: null is an item that is no object, like 7.
+    after = lead_body(ws)
+    response = batch(client, ws, [item, after])
+    assert response.status_code == 200, response.json
+    failed, created = response.json["data"]
+    assert failed["status"] == 422 and failed["lead"] is None and "body" in failed["errors"]
+    assert created["status"] == 201 and created["lead"]["contact"]["phone"] == after["phone"]
+    assert response.json["meta"] == {"created": 1, "duplicates": 0, "failed": 1}
+
+
+@pytest.mark.parametrize("text", ["Asha\u0000", "\ud800"])
+def test_an_item_holding_text_no_database_stores_fails_alone(client, ws, text):
+    # Only the envelope fails the whole batch: text no database stores is one item's failure.
+    after = lead_body(ws)
+    response = batch(client, ws, [lead_body(ws, first_name=text), after, text])
+    assert response.status_code == 200, response.json
+    bad_name, created, bad_item = response.json["data"]
+    assert bad_name["status"] == 422 and list(bad_name["errors"]) == ["first_name"]
+    assert bad_item["status"] == 422 and list(bad_item["errors"]) == ["body"]
+    assert created["status"] == 201 and created["lead"]["contact"]["phone"] == after["phone"]
+
+
+def test_the_envelope_still_refuses_text_no_database_stores(client, ws):
+    response = client.post(BATCH, json={"leads": [lead_body(ws)], "\u0000": 1}, headers=ws.headers())
+    assert response.status_code == 422 and response.json["code"] == "validation_failed"
+
+
 @pytest.mark.parametrize("count", [0, 101])
 def test_an_empty_batch_or_one_over_100_items_is_422_and_creates_nothing(client, ws, count):
     before = Lead.select().count()

@@ -289,6 +289,49 @@ def test_check_fails_on_an_unmigrated_database(run_cli, tmp_path):
            "needs migrations", "leadsvc migrate")
 
 
+def registered_webhook(run_cli, ws) -> dict:
+    created = run_cli("webhooks", "create", "--workspace", ws.public_id, "--url", "http://127.0.0.1:9/hook", "--json")
+    return json.loads(ok(created).stdout)
+
+
+def test_check_fails_when_webhooks_are_registered_and_the_secret_key_is_missing(run_cli, ws):
+    registered_webhook(run_cli, ws)
+    failed(run_cli("check", env={"LEADSVC_WEBHOOKS_SECRET_KEY": ""}),
+           "webhooks.secret_key is empty", "cannot be signed", "LEADSVC_WEBHOOKS_SECRET_KEY",
+           "the key they were created with")
+
+
+def test_check_fails_on_a_secret_key_shorter_than_32_characters(run_cli, ws):
+    registered_webhook(run_cli, ws)
+    failed(run_cli("check", env={"LEADSVC_WEBHOOKS_SECRET_KEY": "x" * 31}),
+           "webhooks.secret_key must be at least 32 characters")
+
+
+def test_check_reports_webhooks_and_lists_the_disabled_ones_with_their_reason(run_cli, ws):
+    from leadsvc.db import transaction
+    from leadsvc.delivery import disable
+    from leadsvc.models import Webhook
+
+    hook = registered_webhook(run_cli, ws)
+    with transaction():
+        disable(Webhook.get(Webhook.public_id == hook["id"]), "Every delivery failed for 3 days (last: HTTP 500).")
+    output = ok(run_cli("check")).stdout
+    assert re.search(r"^ok: \d+ webhooks? registered .*webhooks.secret_key is set", output, re.M), output
+    line = next(line for line in output.splitlines() if hook["id"] in line)
+    assert line.startswith("ok: ") and "is disabled" in line and "Every delivery failed for 3 days (last: HTTP 500)" in line
+    assert '"active": true' in line, "says how to turn it on again"
+
+
+def test_worker_metrics_port_needs_metrics_enabled_and_a_free_port(run_cli):
+    failed(run_cli("worker", "--metrics-port", "9", env={"LEADSVC_METRICS_ENABLED": "false"}),
+           "--metrics-port needs metrics.enabled = true")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        failed(run_cli("worker", "--metrics-port", str(taken.getsockname()[1])), "Cannot listen on 127.0.0.1:",
+               "--metrics-port")
+
+
 def test_commands_never_print_a_database_password(run_cli):
     result = run_cli("check", env={"LEADSVC_DATABASE_URL": "postgresql://app:s3cret@127.0.0.1:1/leadsvc",
                                    "LEADSVC_DATABASE_POOL_TIMEOUT": "1"})

@@ -235,3 +235,41 @@ def test_export_is_documented_as_text_csv(client):
     operation = spec["paths"]["/api/v1/leads/export.csv"]["get"]
     assert "text/csv" in operation["responses"]["200"]["content"]
     assert {p["name"] for p in operation["parameters"]} >= {"filter[status]", "filter[created_at]", "sort"}
+
+
+def test_head_of_the_export_answers_its_headers_without_writing_the_export(client, ws, monkeypatch, live_server):
+    from leadsvc import export
+    from served import call
+
+    exports = []
+    write = export.written
+    monkeypatch.setattr(export, "written", lambda rows: exports.append(1) or write(rows))
+    head = client.head("/api/v1/leads/export.csv", headers=ws.headers())
+    assert head.status_code == 200 and head.mimetype == "text/csv" and head.get_data() == b""
+    assert head.headers["Content-Disposition"].startswith('attachment; filename="leads-')
+    assert "Content-Length" not in head.headers, "a HEAD may leave it out; it must not be a wrong one"
+    assert exports == [], "nothing was written"
+    unknown = client.head("/api/v1/leads/export.csv?filter[colour]=red", headers=ws.headers())
+    assert unknown.status_code == 200 and unknown.headers["X-Unknown-Filters"] == "filter[colour]"
+    assert client.head("/api/v1/leads/export.csv?filter[status]=New", headers=ws.headers()).status_code == 422
+    assert client.head("/api/v1/leads/export.csv").status_code == 401
+    assert client.get("/api/v1/leads/export.csv", headers=ws.headers()).status_code == 200 and exports == [1]
+
+    served = call(live_server, "HEAD", "/api/v1/leads/export.csv", headers=ws.headers())
+    assert served.status == 200 and served.body == b"" and served.headers["content-type"].startswith("text/csv")
+    assert exports == [1], "through waitress neither"
+
+
+def test_head_of_the_export_needs_no_export_writer(make_app, ws):
+    app = make_app()
+    writers = app.extensions["leadsvc.export_writers"]
+    held = 0
+    while writers.acquire(blocking=False):   # as exports being written on every writer
+        held += 1
+    try:
+        client = app.test_client()
+        assert client.get("/api/v1/leads/export.csv", headers=ws.headers()).status_code == 429
+        assert client.head("/api/v1/leads/export.csv", headers=ws.headers()).status_code == 200
+    finally:
+        for _ in range(held):
+            writers.release()

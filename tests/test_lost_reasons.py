@@ -163,3 +163,36 @@ def test_lost_leads_without_a_reason_are_counted_apart(client, ws):
     report = client.get("/api/v1/reports/conversion", headers=ws.headers()).json["data"]
     assert report["by_lost_reason"] == [{"lost_reason": None, "count": 1}]
     assert report["overall"]["lost"] == 1
+
+
+def test_the_export_shows_the_lost_reason_after_the_fixed_columns_and_imports_back_as_it_is(
+        client, lr_ws, make_workspace, database_url, tmp_path):
+    import csv
+    import io
+    import os
+
+    from click.testing import CliRunner
+
+    from leadsvc.cli import cli
+
+    lost, still_open = create_lead(client, lr_ws), create_lead(client, lr_ws)
+    assert move(client, lr_ws, lost["id"], "Lost", reason=lr_ws.ids.lost_reasons["Not reachable"]).status_code == 200
+    export = client.get("/api/v1/leads/export.csv", headers=lr_ws.headers())
+    assert export.status_code == 200
+    text = export.get_data(as_text=True)
+    header = next(csv.reader(io.StringIO(text)))
+    assert "lost_reason" in header, header
+    assert header.index("lost_reason") == header.index("last_activity_at") + 1, "last of the fixed columns"
+    assert header[header.index("lost_reason") + 1:] == ["product_interest", "budget_confirmed", "family_size",
+                                                         "site_visit_on", "notes_from_call"], "custom fields follow"
+    rows = {row["id"]: row for row in csv.DictReader(io.StringIO(text))}
+    assert rows[lost["id"]]["lost_reason"] == "Not reachable" and rows[still_open["id"]]["lost_reason"] == ""
+
+    other = make_workspace()
+    path = tmp_path / "export.csv"
+    path.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(cli, ["--config", os.devnull, "import", str(path), "--workspace", other.public_id,
+                                      "--json"], env={"LEADSVC_DATABASE_URL": database_url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["created"] == 2 and report["errors"] == [], report

@@ -5,6 +5,7 @@ privacy:manage for admins only."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -12,7 +13,8 @@ from conftest import ROLE_EMAILS, new_phone
 from test_reports import pipeline_data  # noqa: F401 (a fixture)
 from leadsvc.auth import issue_token
 from leadsvc.db import database
-from leadsvc.models import (Activity, AuditEntry, Consent, IdempotencyKey, Lead, LeadNamePart, Note, Transition)
+from leadsvc.models import (Activity, AuditEntry, Consent, Event, IdempotencyKey, Lead, LeadNamePart, Note,
+                            Transition)
 
 ADMIN = "admin@t.test"
 
@@ -221,6 +223,46 @@ def test_erasure_is_one_transaction(client, ws, monkeypatch):
     assert LeadNamePart.select().where(LeadNamePart.lead == row.id).exists()
 
 
+def test_a_duplicate_submission_racing_an_erasure_leaves_nothing_of_the_person(app, client, ws, monkeypatch):
+    # An erasure that commits between a create's duplicate lookup and its duplicate_submission
+    # activity must not leave the person's phone and name on the erased lead (the activity) nor in
+    # its lead.duplicate_submitted event. PostgreSQL only: SQLite's single writer keeps them apart.
+    from leadsvc import pipeline
+
+    hook = post(client, ws, "/api/v1/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["*"]})
+    assert hook.status_code == 201, hook.json
+    lead = new_lead(client, ws)
+    phone = lead["contact"]["phone"]
+    looked_up, go_on = threading.Event(), threading.Event()
+    record_activity = pipeline.record_activity
+
+    def paused(row, actor, kind, *args, **kwargs):
+        if kind == "duplicate_submission":   # the duplicate was found: let the erasure try now
+            looked_up.set()
+            go_on.wait(10)
+        return record_activity(row, actor, kind, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "record_activity", paused)
+    answers = {}
+    creating = threading.Thread(target=lambda: answers.update(create=post(
+        app.test_client(), ws, "/api/v1/leads", {"phone": phone, "first_name": "Asha Again"})))
+    erasing = threading.Thread(target=lambda: answers.update(erase=erase(app.test_client(), ws, lead["id"])))
+    creating.start()
+    assert looked_up.wait(10)
+    erasing.start()
+    erasing.join(1)   # it finishes now unless the duplicate's lock (or SQLite's writer) holds it back
+    go_on.set()
+    creating.join(10)
+    erasing.join(10)
+
+    assert answers["erase"].status_code == 200
+    assert answers["create"].status_code == 200 and answers["create"].json["duplicate"] is True
+    row = lead_row(lead["id"])
+    kept = [activity.data for activity in Activity.select().where(Activity.lead == row.id)]
+    kept += [json.loads(event.body) for event in Event.select().where(Event.lead == row.id)]
+    assert "Asha Again" not in json.dumps(kept) and phone not in json.dumps(kept)
+
+
 # --- erasure of a person ---------------------------------------------------------------------
 
 def test_erasing_a_person_erases_every_lead_with_the_phone_or_the_email(client, ws, other_ws):
@@ -236,6 +278,41 @@ def test_erasing_a_person_erases_every_lead_with_the_phone_or_the_email(client, 
     assert lead_row(by_phone["id"]).erased_at and lead_row(by_email["id"]).erased_at
     assert lead_row(bystander["id"]).erased_at is None
     assert lead_row(elsewhere["id"]).erased_at is None, "another workspace's lead is not touched"
+
+
+def test_erasing_a_person_while_one_of_their_leads_is_erased_erases_the_others(app, client, ws, monkeypatch):
+    # A lead of the person erased on its own meanwhile is no reason to refuse (409) and roll back
+    # the person's erasure. PostgreSQL only: SQLite's single writer keeps them apart.
+    from leadsvc import privacy
+
+    by_phone, by_email = new_lead(client, ws), new_lead(client, ws)
+    one_erased, go_on = threading.Event(), threading.Event()
+    erase_one = privacy._erase
+
+    def paused(lead, *args, **kwargs):
+        erase_one(lead, *args, **kwargs)
+        one_erased.set()
+        go_on.wait(10)
+
+    monkeypatch.setattr(privacy, "_erase", paused)
+    answers = {}
+    person = threading.Thread(target=lambda: answers.update(person=post(
+        app.test_client(), ws, "/api/v1/privacy/erasures",
+        {"phone": by_phone["contact"]["phone"], "email": by_email["contact"]["email"], "reason": "DPDP request"})))
+    person.start()
+    assert one_erased.wait(10)
+    monkeypatch.setattr(privacy, "_erase", erase_one)
+    alone = threading.Thread(target=lambda: answers.update(alone=erase(app.test_client(), ws, by_email["id"])))
+    alone.start()
+    alone.join(1)   # it finishes now unless the person's erasure (or SQLite's writer) holds it back
+    go_on.set()
+    person.join(10)
+    alone.join(10)
+
+    assert answers["person"].status_code == 200, answers["person"].json
+    assert sorted(answers["person"].json["data"]["erased"]) == sorted([by_phone["id"], by_email["id"]])
+    assert answers["alone"].status_code == 409
+    assert lead_row(by_phone["id"]).erased_at and lead_row(by_email["id"]).erased_at
 
 
 def test_erasing_a_person_who_is_not_held_erases_nothing(client, ws):
@@ -389,6 +466,13 @@ def test_a_malformed_consent_is_422(client, ws, consent):
     assert response.status_code == 422 and any(key.startswith("consent") for key in response.json["errors"])
 
 
+@pytest.mark.parametrize("consent", ["yes", True, [], 5])
+def test_a_consent_that_is_not_an_object_is_named_in_errors(client, ws, consent):
+    # Named as the field, not "consent._schema" (marshmallow's name for a nested schema's own errors).
+    response = post(client, ws, "/api/v1/leads", {"phone": new_phone(), "consent": consent})
+    assert response.status_code == 422 and list(response.json["errors"]) == ["consent"], response.json
+
+
 def test_withdrawal_marks_the_latest_consent_and_sets_do_not_contact(client, ws):
     lead = new_lead(client, ws, consent={"purpose": "Calls", "notice_version": "v1"})
     path = f"/api/v1/leads/{lead['id']}"
@@ -444,6 +528,15 @@ def test_do_not_contact_can_be_patched(client, ws):
     audit = client.get(f"{path}/audit", headers=ws.headers()).json["data"]
     assert {"do_not_contact": {"old": False, "new": True}} in [e["changes"] for e in audit]
     assert client.patch(path, json={"do_not_contact": "yes"}, headers=ws.headers()).status_code == 422
+
+
+@pytest.mark.parametrize("value", [1, 0, "true", "false", "yes"])
+def test_do_not_contact_takes_json_true_or_false_only(client, ws, value):
+    # 0 == False, so truthy={True}, falsy={False} alone would take 1 and 0.
+    lead = new_lead(client, ws)
+    response = client.patch(f"/api/v1/leads/{lead['id']}", json={"do_not_contact": value}, headers=ws.headers())
+    assert response.status_code == 422 and "do_not_contact" in response.json["errors"]
+    assert lead_row(lead["id"]).do_not_contact is False
 
 
 # --- forms: notice, checkbox, consent records --------------------------------------------------
@@ -514,6 +607,15 @@ def test_a_form_that_does_not_require_consent_takes_submissions_either_way(clien
     assert form_lead(without).consent is None
     assert form_lead(with_).consent["notice_version"] == "2026-10"
     assert submit(client, consent_ws, "Plain", {"phone": new_phone()}).status_code == 201
+
+
+@pytest.mark.parametrize("value", [1, "yes"])
+def test_a_json_submission_consents_with_true_only(client, consent_ws, value):
+    # 1 == True, so truthy={True} alone would record a consent for 1.
+    phone = new_phone()
+    response = submit(client, consent_ws, "Newsletter", {"phone": phone, "consent": value})
+    assert response.status_code == 422 and "consent" in response.json["errors"]
+    assert not Lead.select().where(Lead.phone == phone).exists()
 
 
 def test_forms_list_their_notice(client, consent_ws):

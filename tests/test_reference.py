@@ -89,3 +89,12 @@ def test_the_root_redirects_to_the_docs(client):
     response = client.get("/")
     assert response.status_code == 302 and response.headers["Location"] == "/docs"
     assert client.get(response.headers["Location"]).status_code == 200
+
+
+@pytest.mark.parametrize("path", REFERENCE_PATHS + ["/api/v1/lost-reasons"])
+def test_a_query_parameter_a_list_does_not_take_is_422_naming_it(client, ws, path):
+    # A typo, or a filter the list does not have, must not be silently ignored.
+    response = client.get(f"{path}?active=true", headers=ws.headers())
+    assert response.status_code == 422
+    assert response.json["code"] == "validation_failed" and "active" in response.json["errors"]
+    assert client.get(path, headers=ws.headers()).status_code == 200

@@ -15,7 +15,8 @@ import pytest
 from conftest import WEBHOOK_TEST_ENV, lead_body
 from leadsvc.models import Delivery, Webhook
 from receiver import Receiver
-from served import ServedProcess, call, wait_until
+from processes import refuses_connections
+from served import ServedProcess, call, free_port, wait_until
 
 EVENTS = 200
 
@@ -51,10 +52,10 @@ def test_a_committed_event_is_delivered_by_the_restarted_service_after_sigkill(c
         assert event["type"] == "lead.created" and event["data"]["lead"]["id"] == lead_id
 
 
-def start_worker(database_url: str, log: Path) -> subprocess.Popen:
+def start_worker(database_url: str, log: Path, *options: str) -> subprocess.Popen:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("LEADSVC_")}, **environment(database_url)}
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "--config", os.devnull, "worker"],
+        return subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "--config", os.devnull, "worker", *options],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -89,3 +90,51 @@ def test_two_workers_deliver_each_of_200_events_once(client, ws, database_url, t
         assert {row.attempts for row in ours} == {1}
         for request in receiver.received[:5]:
             request.verified(hook["secret"])
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line of a Prometheus text page (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.mark.slow
+def test_a_worker_with_metrics_port_serves_its_delivery_metrics_and_nothing_else(client, ws, database_url, tmp_path):
+    port = free_port()
+    with Receiver() as receiver:
+        hook = client.post("/api/v1/webhooks", json={"url": receiver.url, "events": ["lead.created"]},
+                           headers=ws.headers()).json["data"]
+        only_this_webhook_is_due(hook["id"])
+        log = tmp_path / "worker.log"
+        worker = start_worker(database_url, log, "--metrics-port", str(port))
+        try:
+            wait_until(lambda: worker.poll() is None and "delivering webhook events" in log.read_text(), 60,
+                       f"the worker started; log: {log}")
+            base = f"http://127.0.0.1:{port}"
+
+            def scrape() -> str:
+                page = call(base, "GET", "/metrics")
+                assert page.status == 200 and page.headers["content-type"].startswith("text/plain"), log.read_text()
+                return page.body.decode()
+
+            before = scrape()
+            assert "leadsvc_webhook_backlog " in before and "leadsvc_webhook_lag_seconds_count" in before
+            for _ in range(3):
+                assert client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).status_code == 201
+            wait_until(lambda: len(receiver.received) >= 3, 60, "3 events received")
+
+            def counted() -> str | None:
+                page = scrape()
+                return page if metric(page, 'leadsvc_webhook_deliveries_total{outcome="succeeded"}') >= 3 else None
+
+            after = wait_until(counted, 30, "the worker counted its deliveries")
+            assert metric(after, "leadsvc_webhook_lag_seconds_count") >= 3
+            api = call(base, "GET", "/api/v1/leads", headers=ws.headers())
+            assert api.status == 404 and api.json()["code"] == "not_found", "the worker serves no API"
+        finally:
+            worker.terminate()
+            assert worker.wait(60) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+        assert refuses_connections(port)

@@ -5,6 +5,7 @@ replay, and where deliveries may go. Receivers are real HTTP servers on 127.0.0.
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 
 import pytest
@@ -12,9 +13,9 @@ from standardwebhooks import WebhookVerificationError
 
 from conftest import WEBHOOK_SECRET_KEY, lead_body, new_phone
 from leadsvc.auth import check_grant
-from leadsvc.delivery import SCHEDULE, Deliverer, Refused, check_destination
+from leadsvc.delivery import ATTEMPT_TIMEOUTS, SCHEDULE, Deliverer, Refused, check_destination
 from leadsvc.models import Delivery, Event, Webhook, Workspace, utcnow
-from receiver import Receiver
+from receiver import RawReceiver, Receiver
 from served import wait_until
 
 ALL_ALLOWED = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
@@ -98,6 +99,8 @@ def test_a_replayed_registration_does_not_show_the_secret_again(client, ws, rece
     ({"url": "https://example.com/h", "events": []}, "events"),
     ({"url": "ftp://example.com/h", "events": ["*"]}, "url"),
     ({"url": "https://user:pw@example.com/h", "events": ["*"]}, "url"),
+    ({"url": "https://93.184.215.14:0/h", "events": ["*"]}, "url"),       # no port 0 (nor 443 instead)
+    ({"url": "https://93.184.215.14:65536/h", "events": ["*"]}, "url"),
     ({"url": "https://example.com/h", "events": ["*"], "secret": "mine"}, "secret"),
 ])
 def test_registration_rejects_bad_input_with_422(client, ws, body, field):
@@ -112,6 +115,10 @@ def test_registration_rejects_bad_input_with_422(client, ws, body, field):
     "https://10.1.2.3/hook", "https://192.168.0.10/hook", "https://172.16.5.4/hook",
     "https://169.254.169.254/latest/meta-data", "https://[fe80::1]/hook", "https://224.0.0.1/hook",
     "https://[::ffff:127.0.0.1]/hook", "https://0.0.0.0/hook",
+    # IPv6 addresses that carry a private IPv4 address, which a NAT64 translator or a tunnel
+    # delivers to: NAT64 (loopback, the cloud metadata address), 6to4, IPv4-compatible.
+    "https://[64:ff9b::7f00:1]/hook", "https://[64:ff9b::a9fe:a9fe]/hook", "https://[64:ff9b::10.0.0.1]/hook",
+    "https://[2002:7f00:1::]/hook", "https://[2002:c0a8:1::1]/hook", "https://[::127.0.0.1]/hook",
 ])
 def test_only_https_to_public_addresses_unless_configured(make_app, ws, url):
     strict = make_app(webhooks={"secret_key": WEBHOOK_SECRET_KEY, "allow_http": False, "allow_private_networks": False})
@@ -121,6 +128,9 @@ def test_only_https_to_public_addresses_unless_configured(make_app, ws, url):
 
 def test_the_destination_check_allows_what_is_configured():
     check_destination("https://93.184.215.14/hook", {"allow_http": False, "allow_private_networks": False})
+    # A public IPv4 address through NAT64 or 6to4 is as public as the address itself.
+    check_destination("https://[64:ff9b::5db8:d70e]/hook", {"allow_http": False, "allow_private_networks": False})
+    check_destination("https://[2002:5db8:d70e::1]/hook", {"allow_http": False, "allow_private_networks": False})
     check_destination("http://127.0.0.1:9/hook", {"allow_http": True, "allow_private_networks": True})
     with pytest.raises(Refused, match="does not resolve"):
         check_destination("https://no-such-host.invalid/hook", {"allow_http": False, "allow_private_networks": False})
@@ -149,6 +159,124 @@ def test_a_webhook_of_another_workspace_is_404(client, ws, other_ws, receiver):
         response = client.open(f"/api/v1/webhooks/{hook['id']}{path}", method=method,
                                json={} if method == "PATCH" else None, headers=other_ws.headers())
         assert response.status_code == 404, (method, path)
+
+
+def test_a_query_parameter_the_webhook_routes_do_not_take_is_422(client, ws, receiver):
+    hook = register(client, ws, receiver.url)
+    for path in ("/api/v1/webhooks", f"/api/v1/webhooks/{hook['id']}"):
+        response = client.get(f"{path}?active=false", headers=ws.headers())
+        assert response.status_code == 422 and "active" in response.json["errors"], path
+
+
+@pytest.mark.parametrize("value", ["yes", "false", 1, 0, "on"])
+def test_active_takes_json_true_or_false_only(client, ws, receiver, value):
+    # marshmallow's Boolean alone takes "yes", "false", 1, 0, "on" and the like.
+    hook = register(client, ws, receiver.url)
+    response = client.patch(f"/api/v1/webhooks/{hook['id']}", json={"active": value}, headers=ws.headers())
+    assert response.status_code == 422 and "active" in response.json["errors"]
+    assert Webhook.get(Webhook.public_id == hook["id"]).active is True
+
+
+def test_a_workspace_holds_at_most_50_webhooks_even_when_registered_at_once(app, client, ws, monkeypatch):
+    # Two registrations at once must not both count 49 and both go in (PostgreSQL; SQLite's
+    # single writer keeps them apart).
+    from leadsvc import webhooks
+
+    for _ in range(webhooks.MAX_WEBHOOKS - 1):
+        register(client, ws, "http://127.0.0.1:9/hook")
+    counted, go_on = threading.Event(), threading.Event()
+    create = webhooks.Webhook.create
+
+    def paused(**fields):   # the first registration has counted 49 and waits to insert
+        if not counted.is_set():
+            counted.set()
+            go_on.wait(10)
+        return create(**fields)
+
+    monkeypatch.setattr(webhooks.Webhook, "create", paused)
+    answers = []
+
+    def registering():
+        answers.append(app.test_client().post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/hook",
+                                                                        "events": ["*"]}, headers=ws.headers()))
+    first, second = threading.Thread(target=registering), threading.Thread(target=registering)
+    first.start()
+    assert counted.wait(10)
+    second.start()
+    second.join(1)   # it finishes now unless the first registration holds it back
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    assert sorted(answer.status_code for answer in answers) == [201, 409]
+    workspace = Workspace.get(Workspace.public_id == ws.public_id)
+    assert Webhook.select().where(Webhook.workspace == workspace.id).count() == webhooks.MAX_WEBHOOKS
+
+
+def meanwhile(monkeypatch, name, change):
+    """Run change(row) right after the view looked the webhook (or delivery) up with `name`, as a
+    request that commits between that lookup and this one's write would."""
+    from leadsvc import webhooks
+
+    original = getattr(webhooks, name)
+
+    def then_changed(*args):
+        found = original(*args)
+        change(found[0] if isinstance(found, tuple) else found)
+        return found
+    monkeypatch.setattr(webhooks, name, then_changed)
+
+
+@pytest.mark.parametrize("method, path", [("post", "/test"), ("post", "/rotate-secret"), ("patch", ""),
+                                          ("post", "/deliveries/{delivery}/replay")])
+def test_a_webhook_deleted_while_a_request_runs_is_404_and_nothing_is_written(client, ws, monkeypatch, method, path):
+    # Not a 500 (POST /test's delivery refers to the webhook) nor a 200 about a webhook that is gone.
+    from leadsvc.webhooks import delete_webhook
+
+    hook = register(client, ws, "http://127.0.0.1:9/hook")
+    delivery = client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers()).json["data"]["id"]
+    events_before = Event.select().count()
+    lookup = "delivery_or_404" if "replay" in path else "webhook_or_404"
+    meanwhile(monkeypatch, lookup, lambda row: delete_webhook(Webhook.get_by_id(row.webhook_id if "replay" in path
+                                                                                   else row.id)))
+    url = f"/api/v1/webhooks/{hook['id']}{path.format(delivery=delivery)}"
+    response = getattr(client, method)(url, json={"description": "x"} if method == "patch" else None,
+                                       headers=ws.headers())
+    assert response.status_code == 404 and response.json["code"] == "not_found", response.json
+    assert not Webhook.select().where(Webhook.public_id == hook["id"]).exists()
+    assert Event.select().count() == events_before
+
+
+def test_a_change_committed_while_a_webhook_request_runs_is_kept(client, ws, monkeypatch):
+    # A PATCH that saved the row as the view read it would undo a rotation in between (its secret
+    # would never sign) and make a webhook the deliverer just disabled active again; a rotation
+    # must keep the secret it replaces, the concurrent one's, signing for the 24 hours of overlap.
+    from leadsvc import delivery
+    from leadsvc.db import transaction
+    from leadsvc.webhooks import rotate_secret
+
+    hook = register(client, ws, "http://127.0.0.1:9/hook")
+
+    def rotated_and_disabled(row):
+        rotate_secret(Webhook.get_by_id(row.id), {"webhooks": {"secret_key": WEBHOOK_SECRET_KEY}})
+        with transaction():
+            delivery.disable(Webhook.get_by_id(row.id), "The endpoint answered 410 Gone.")
+    meanwhile(monkeypatch, "webhook_or_404", rotated_and_disabled)
+    patched = client.patch(f"/api/v1/webhooks/{hook['id']}", json={"description": "CRM"}, headers=ws.headers())
+    assert patched.status_code == 200 and patched.json["data"]["description"] == "CRM"
+    assert patched.json["data"]["active"] is False and "410" in patched.json["data"]["disabled_reason"]
+    row = Webhook.get(Webhook.public_id == hook["id"])
+    assert row.active is False and row.previous_salt is not None, "the rotation is kept"
+
+    monkeypatch.undo()
+    concurrent = {}
+
+    def rotated(row):
+        rotate_secret(Webhook.get_by_id(row.id), {"webhooks": {"secret_key": WEBHOOK_SECRET_KEY}})
+        concurrent["salt"] = Webhook.get_by_id(row.id).secret_salt
+    meanwhile(monkeypatch, "webhook_or_404", rotated)
+    assert client.post(f"/api/v1/webhooks/{hook['id']}/rotate-secret", headers=ws.headers()).status_code == 200
+    assert Webhook.get(Webhook.public_id == hook["id"]).previous_salt == concurrent["salt"], \
+        "the concurrent rotation's secret signs for the next 24 hours"
 
 
 def test_patch_and_delete(client, ws, receiver, deliverer):
@@ -219,6 +347,29 @@ def test_web_forms_and_csv_import_send_lead_created(client, make_workspace, rece
     deliverer.deliver_due()
     names = sorted(event["data"]["lead"]["contact"]["first_name"] for event in receiver.of_type("lead.created"))
     assert names == ["Form", "Imported"]
+
+
+def test_batch_items_and_upserts_send_their_events_signed(client, ws, receiver, deliverer):
+    hook = register(client, ws, receiver.url)
+    headers = ws.headers()
+    known = client.post("/api/v1/leads", json=lead_body(ws, first_name="Known"), headers=headers).json["data"]
+    deliverer.deliver_due()
+    receiver.received.clear()
+    batch = client.post("/api/v1/leads/batch", json={"leads": [
+        lead_body(ws, first_name="One"), lead_body(ws, first_name="Two"), {"first_name": "No contact"}]}, headers=headers)
+    assert [item["status"] for item in batch.json["data"]] == [201, 201, 422]
+    upsert = client.post("/api/v1/leads", json={"phone": known["contact"]["phone"], "first_name": "Renamed",
+                                                "on_duplicate": "update"}, headers=headers)
+    assert upsert.status_code == 200, upsert.json
+    assert deliverer.deliver_due() == 4, "two creates; the upsert's duplicate submission and its update"
+
+    for request in receiver.received:
+        request.verified(hook["secret"])   # raises unless signed with the webhook's secret
+    created = sorted(event["data"]["lead"]["contact"]["first_name"] for event in receiver.of_type("lead.created"))
+    assert created == ["One", "Two"], "the item that failed sent nothing"
+    assert [event["data"]["lead"]["id"] for event in receiver.of_type("lead.duplicate_submitted")] == [known["id"]]
+    [updated] = receiver.of_type("lead.updated")
+    assert updated["data"]["changes"] == {"first_name": {"old": "Known", "new": "Renamed"}}
 
 
 def test_with_no_webhook_subscribed_a_change_writes_no_event(client, ws, receiver):
@@ -363,6 +514,38 @@ def test_retry_after_on_429_and_503_is_honoured(client, ws, deliverer, clock):
         clock.advance(seconds=7)
         deliverer.deliver_due()
         assert deliveries_of(hook["id"])[0].state == "succeeded"
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u00b9\u00b2\u00b3", "soon", "-5", "1e3"])
+def test_a_retry_after_that_is_no_number_of_seconds_keeps_the_schedule(client, ws, deliverer, clock, value):
+    # "\u00b2" is a digit to str.isdigit() but not to float(): raised there, the attempt would go
+    # unrecorded and be claimed again after every lease, for ever.
+    with Receiver(answering((503, {"Retry-After": value}, b""))) as busy:
+        hook = register(client, ws, busy.url, ["webhook.test"])
+        client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        assert deliverer.deliver_due() == 1
+        row = deliveries_of(hook["id"])[0]
+        assert row.state == "failed" and row.last_status == 503
+        assert row.next_attempt_at == clock.now + timedelta(seconds=SCHEDULE[0])
+
+
+def test_a_nul_character_in_a_receivers_answer_is_recorded_without_it(client, ws, deliverer, clock):
+    # PostgreSQL refuses NUL in text: stored as sent, the outcome would go unrecorded and the
+    # delivery be claimed again after every lease, for ever.
+    def broken_status_line(sock):
+        sock.sendall(b"HTTP/1.1 2\x000 OK\r\nContent-Length: 0\r\n\r\n")
+
+    with Receiver(answering((500, {}, b"bad\x00answer"))) as nul_body, RawReceiver(broken_status_line) as nul_status:
+        for receiver in (nul_body, nul_status):
+            hook = register(client, ws, receiver.url, ["webhook.test"])
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+        assert deliverer.deliver_due() == 2
+        for receiver in (nul_body, nul_status):
+            hook_id = Webhook.select().where(Webhook.url == receiver.url).get().public_id
+            listed = client.get(f"/api/v1/webhooks/{hook_id}/deliveries", headers=ws.headers()).json["data"]
+            assert [row["state"] for row in listed] == ["failed"] and listed[0]["attempts"] == 1
+            assert "\x00" not in (listed[0]["last_response"] or "") + (listed[0]["last_error"] or "")
+        assert deliveries_of(Webhook.get(Webhook.url == nul_body.url).public_id)[0].last_response == "bad\ufffdanswer"
 
 
 def test_redirects_are_not_followed(client, ws, deliverer):
@@ -556,8 +739,6 @@ def test_a_replay_during_an_attempt_is_not_lost_when_that_attempt_is_recorded(cl
 
 
 def test_a_receiver_that_does_not_answer_holds_up_no_request(app, client, ws):
-    import threading
-
     release = threading.Event()
 
     def stuck(request):
@@ -576,6 +757,39 @@ def test_a_receiver_that_does_not_answer_holds_up_no_request(app, client, ws):
         finally:
             release.set()
             running.stop()
+
+
+def test_a_receiver_that_trickles_its_answer_cannot_hold_an_attempt_past_its_claim(app, client, ws, clock):
+    # The timeout bounds each read: a byte every 0.2 s (timeout 0.5 s) would keep the attempt, and
+    # its sender thread, for as long as the receiver liked, past the claim (another process would
+    # send it again), and a few such receivers would take every sender thread.
+    import time
+
+    stop = threading.Event()
+
+    def trickle(sock):   # for 20 s at most, so that the test ends even when the attempt is not cut
+        sock.sendall(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(100):
+            if stop.wait(0.2):
+                return
+            sock.sendall(b"X")
+
+    settings = {**app.config["LEADSVC"], "webhooks": {**app.config["LEADSVC"]["webhooks"], "timeout": 0.5}}
+    quick = Deliverer(settings, version="test", clock=clock, rng=lambda: 0.5)
+    Delivery.update(next_attempt_at=None).execute()
+    try:
+        with RawReceiver(trickle) as receiver:
+            hook = register(client, ws, receiver.url, ["webhook.test"])
+            client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+            started = time.monotonic()
+            assert quick.deliver_due() == 1
+            took = time.monotonic() - started
+    finally:
+        stop.set()
+    assert took < ATTEMPT_TIMEOUTS * 0.5 + 2, f"the attempt took {took:.1f} s"
+    assert quick.lease.total_seconds() > ATTEMPT_TIMEOUTS * 0.5
+    row = deliveries_of(hook["id"])[0]
+    assert row.state == "failed" and row.last_status is None and "3 s" in row.last_error, "cut off, never a success"
 
 
 # --- privacy: what an erasure and a withdrawal send ---------------------------------------------
