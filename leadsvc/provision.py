@@ -19,6 +19,7 @@ import peewee as pw
 from marshmallow import validate
 
 from .db import transaction
+from .export import COLUMNS as CSV_COLUMNS
 from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, LostReason, Member, Rule,
                      Source, Status, Team, Workspace)
 
@@ -259,6 +260,9 @@ def _check_references(data: dict[str, Any]) -> list[str]:
             if name == status["name"]:
                 problems.append(f"statuses[{i}].next[{j}]: a status cannot move to itself.")
     for i, cf in enumerate(data["custom_fields"]):
+        if cf["name"] in CSV_COLUMNS:   # its column would be the fixed one's twin, which the import refuses
+            problems.append(f"custom_fields[{i}].name: '{cf['name']}' is a column of the CSV export and import; "
+                            "choose another name.")
         for value in cf.get("score", {}):
             if cf["type"] == "choice" and value not in cf["options"]:
                 problems.append(f"custom_fields[{i}].score.{value}: not one of the options.")

@@ -193,6 +193,8 @@ BAD_FILES = {
     "bad currency": (('currency = "INR"', 'currency = "rupees"'), "workspace.currency: Use a 3-letter"),
     "choice without options": (('options = ["2bhk", "villa"]\nscore = { villa = 15 }\n', ''),
                                "custom_fields[0].options: A choice field needs its options"),
+    "custom field named like a CSV column": (('name = "product_interest"', 'name = "owner"'),
+                                            "custom_fields[0].name: 'owner' is a column of the CSV export"),
     "rule with unknown team": (('assign = { team = "North"', 'assign = { team = "West"'),
                                "rules[0].assign.team: unknown team 'West'"),
     "rule with unknown custom field": (('custom_fields = { product_interest', 'custom_fields = { colour'),
