@@ -26,7 +26,8 @@ JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a
 
 
 class ApiParser(FlaskParser):
-    """webargs' Flask parser, speaking the contract: 422 `errors.body` for bad JSON, 415 for non-JSON."""
+    """webargs' Flask parser, speaking the contract: 422 `errors.body` for bad JSON, 415 for non-JSON,
+    422 for an unknown or repeated query parameter."""
 
     DEFAULT_UNKNOWN_BY_LOCATION = {
         **FlaskParser.DEFAULT_UNKNOWN_BY_LOCATION,
@@ -49,6 +50,15 @@ class ApiParser(FlaskParser):
         # A batch checks its items one by one, so that one item's bad text fails that item alone.
         check_storable(data, skip=getattr(getattr(schema, "Meta", None), "checked_per_item", ()))
         return data
+
+    def load_querystring(self, req: Request, schema: ma.Schema):
+        # A parameter given twice would otherwise count once, silently: `status=a&status=b` reads
+        # as `status=a`. Several values of a filter are comma-separated, in one parameter.
+        repeated = {name: [f"Give {name} once; separate several values with commas."]
+                    for name, values in req.args.lists() if len(values) > 1}
+        if repeated:
+            raise ValidationFailed(errors=repeated)
+        return super().load_querystring(req, schema)
 
     def load_form(self, req: Request, schema: ma.Schema):
         check_storable({name: value for name, value in req.form.items(multi=True)})

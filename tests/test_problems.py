@@ -136,6 +136,14 @@ def test_unknown_query_parameter_is_422_naming_it(client, ws, path):
     assert errors == {path.rsplit("?", 1)[1].split("=")[0]: ["Unknown field."]}
 
 
+@pytest.mark.parametrize("path", [LEADS + "?filter[status]=a&filter[status]=b", LEADS + "?sort=score&sort=-score",
+                                  "/api/v1/statuses?x=1&x=2"])
+def test_a_repeated_query_parameter_is_422_naming_it(client, ws, path):
+    name = path.rsplit("?", 1)[1].split("=")[0]
+    errors = assert_problem(client.get(path, headers=ws.headers()), 422, "validation_failed")["errors"]
+    assert errors == {name: [f"Give {name} once; separate several values with commas."]}
+
+
 def test_bad_query_value_is_422_naming_the_parameter(client, ws):
     response = client.get(LEADS + "?page[size]=0", headers=ws.headers())
     assert list(assert_problem(response, 422, "validation_failed")["errors"]) == ["page[size]"]
