@@ -25,6 +25,7 @@ import io
 import json
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -78,15 +79,20 @@ def main() -> None:
 
         profile = cProfile.Profile()
         profile.enable()
+    times = []
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(args.n):
+        started = time.perf_counter()
         one()
+        times.append(time.perf_counter() - started)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if profile is not None:
         profile.disable()
         profile.dump_stats(args.profile)
-    print(f"{args.app} {args.path}: {args.n} requests, {1000 * wall / max(1, args.n):.3f} ms wall and "
-          f"{1000 * cpu / max(1, args.n):.3f} ms CPU each; statuses {dict(sorted(statuses.items()))}")
+    p50 = 1000 * statistics.median(times) if times else 0.0
+    print(f"{args.app} {args.path}: {args.n} requests, {1000 * wall / max(1, args.n):.3f} ms wall "
+          f"(p50 {p50:.3f} ms) and {1000 * cpu / max(1, args.n):.3f} ms CPU each; "
+          f"statuses {dict(sorted(statuses.items()))}")
 
 
 def _app(which: str, url: str, env: dict[str, str]):

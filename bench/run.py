@@ -77,6 +77,12 @@ def service_env(url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def leadsvc_env(db_url: str, service_root: str | None, **extra: str) -> dict[str, str]:
+    """service_env for `leadsvc serve`: with --service-root, the leadsvc package of another checkout
+    (a before/after comparison)."""
+    return service_env(db_url, **({"PYTHONPATH": service_root} if service_root else {}), **extra)
+
+
 def demo(url: str, leads: int = 0) -> dict:
     """Run `leadsvc demo --json` (optionally adding leads); the workspace and a token per member."""
     args = [str(BIN / "leadsvc"), "demo", "--json"] + (["--leads", str(leads)] if leads else [])
@@ -316,11 +322,11 @@ def measure_search(server: Server, token: str, seconds: float) -> dict:
                              "errors": sum(r["errors_status"] for r in runs[kind])} for kind in SEARCHES}}
 
 
-def measure_search_only(db: Database, tokens: dict, seconds: float) -> dict:
+def measure_search_only(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     """--search-only: the search figures alone, without the baseline and the other phases."""
     secret = tokens["tokens"][ROLES["admin"]]["token"]
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
-                     service_env(db.url), LEADSVC_PORT)
+                     leadsvc_env(db.url, service_root), LEADSVC_PORT)
     try:
         return {"backend": db.backend, "plans": query_plans(db), "search": measure_search(leadsvc, secret, seconds)}
     finally:
@@ -358,11 +364,11 @@ def measure_batch(db: Database, server: Server, token: str, seconds: float) -> d
             "errors": sum(r["errors_status"] + r["errors_socket"] for r in singles + batches)}
 
 
-def measure_batch_only(db: Database, tokens: dict, seconds: float) -> dict:
+def measure_batch_only(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     """--batch-only: the batch figures alone, without the baseline and the other phases."""
     secret = tokens["tokens"][ROLES["admin"]]["token"]
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
-                     service_env(db.url), LEADSVC_PORT)
+                     leadsvc_env(db.url, service_root), LEADSVC_PORT)
     try:
         return {"backend": db.backend, "batch": measure_batch(db, leadsvc, secret, seconds)}
     finally:
@@ -371,8 +377,7 @@ def measure_batch_only(db: Database, tokens: dict, seconds: float) -> dict:
 
 def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
     secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
-    # --service-root serves the leadsvc package of another checkout (a before/after comparison).
-    env = service_env(db.url, **({"PYTHONPATH": service_root} if service_root else {}))
+    env = leadsvc_env(db.url, service_root)
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
                      env, LEADSVC_PORT)
     baseline = Server("baseline-" + db.backend, [sys.executable, str(BENCH / "baseline.py"), "--url", db.url,
@@ -531,11 +536,11 @@ def post_json(url: str, token: str, body: dict) -> tuple[int, dict]:
         return response.status, json.loads(response.read() or b"null")
 
 
-def measure_webhooks(db: Database, tokens: dict) -> dict:
+def measure_webhooks(db: Database, tokens: dict, service_root: str | None = None) -> dict:
     """Commit-to-delivery lag on an idle server, and sustained delivery of a backlog, to a local receiver."""
     admin = tokens["tokens"][ROLES["admin"]]["token"]
     receiver = Receiver()
-    env = service_env(db.url, LEADSVC_WEBHOOKS_SECRET_KEY="bench-webhook-secret-key-0123456789abcdef",
+    env = leadsvc_env(db.url, service_root, LEADSVC_WEBHOOKS_SECRET_KEY="bench-webhook-secret-key-0123456789abcdef",
                       LEADSVC_WEBHOOKS_ALLOW_HTTP="true", LEADSVC_WEBHOOKS_ALLOW_PRIVATE_NETWORKS="true")
     serve = [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)]
     marks = db.high_water()
@@ -753,11 +758,11 @@ def main() -> None:
             log(f"{backend}: {json.dumps(builds[backend])}")
             continue
         if args.webhooks_only:
-            results.append({"backend": backend, "webhooks": measure_webhooks(db, tokens)})
+            results.append({"backend": backend, "webhooks": measure_webhooks(db, tokens, args.service_root)})
         elif args.search_only:
-            results.append(measure_search_only(db, tokens, args.duration))
+            results.append(measure_search_only(db, tokens, args.duration, args.service_root))
         elif args.batch_only:
-            results.append(measure_batch_only(db, tokens, args.duration))
+            results.append(measure_batch_only(db, tokens, args.duration, args.service_root))
         else:
             results.append(measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],

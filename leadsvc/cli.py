@@ -40,7 +40,9 @@ def _app(ctx: click.Context) -> Flask:
 def _migrated_app(ctx: click.Context) -> Flask:
     app = _app(ctx)
     try:
-        applied = run_migrations()
+        # A migration over many leads takes minutes: say what runs before it does.
+        applied = run_migrations(announce=lambda pending: click.echo(
+            f"Applying migrations: {', '.join(pending)} ...", err=True))
     except UNAVAILABLE_ERRORS as exc:
         raise click.ClickException(
             f"Cannot reach the database at {redact(app.config['LEADSVC']['database']['url'])}: "

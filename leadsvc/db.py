@@ -256,8 +256,9 @@ class MigrationRunner(Runner):
         return sorted(found)
 
 
-def migrate(db: pw.Database | None = None) -> list[str]:
-    """Apply pending migrations in one transaction, one process at a time; return their names."""
+def migrate(db: pw.Database | None = None, announce: Callable[[list[str]], None] | None = None) -> list[str]:
+    """Apply pending migrations in one transaction, one process at a time; return their names.
+    `announce` is told the names first, when there are any."""
     db = db or database.obj
     if isinstance(db, pw.SqliteDatabase):
         Path(db.database).parent.mkdir(parents=True, exist_ok=True)
@@ -265,7 +266,10 @@ def migrate(db: pw.Database | None = None) -> list[str]:
         if is_postgres(db):
             db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         # SQLite: the IMMEDIATE transaction already holds the write lock.
-        return MigrationRunner(db, table_name="schema_migration").up()
+        runner = MigrationRunner(db, table_name="schema_migration")
+        if announce is not None and (pending := [m.name for m in runner.status() if not m.applied]):
+            announce(pending)
+        return runner.up()
 
 
 def pending_migrations(db: pw.Database | None = None) -> list[str]:

@@ -227,6 +227,8 @@ class Lead(BaseModel):
     email = pw.CharField(max_length=254, null=True)       # lower case
     # The phone's digits back to front (search.phone_reversed): a suffix search is a prefix range.
     phone_reversed = pw.CharField(max_length=16, null=True)
+    # The name parts of search.name_key: a common name word is checked here (0012).
+    name_key = pw.TextField(null=True)
     # No index of their own (0006): the report index leads with workspace, status and source, and
     # statuses and sources are never deleted while leads use them.
     source = pw.ForeignKeyField(Source, null=True, index=False)
@@ -300,7 +302,7 @@ class LeadNamePart(BaseModel):
     class Meta:
         table_name = "lead_name_part"
         # A word is a range of parts in the workspace, the lead id from the index alone; and a
-        # lead's parts, probed while walking a sort index (and replaced when its names change).
+        # lead's parts, found to replace them when its names change or to delete them.
         indexes = ((("workspace", "part", "lead"), False), (("lead", "part"), False))
 
 

@@ -264,6 +264,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     status = refs.first_status()
     lead = Lead(workspace=actor.workspace.id, first_name=data.get("first_name") or "",
                 last_name=data.get("last_name") or "", phone=phone, phone_reversed=search.phone_reversed(phone),
+                name_key=search.name_key(data.get("first_name") or "", data.get("last_name") or ""),
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
@@ -450,6 +451,8 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         current.custom_fields = merged
         if "phone" in diff:
             current.phone_reversed = search.phone_reversed(current.phone)
+        if "first_name" in diff or "last_name" in diff:
+            current.name_key = search.name_key(current.first_name, current.last_name)
         if "owner" in diff:
             team_before = current.team_id
             current.team = current.owner.team_id if current.owner else None

@@ -61,7 +61,7 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
     held = [value for value in (lead.public_id, lead.phone, lead.email) if value]
     now = utcnow()
     lead.first_name = lead.last_name = ""
-    lead.phone = lead.email = lead.phone_reversed = None
+    lead.phone = lead.email = lead.phone_reversed = lead.name_key = None
     lead.custom_fields = {key: value for key, value in (lead.custom_fields or {}).items() if key not in personal}
     # The score stays (reports band by it); a reason that names a personal value loses the value.
     lead.score_reasons = [_scrub_reason(reason_, personal) for reason_ in lead.score_reasons or []]

@@ -8,7 +8,9 @@ so the database answers it from an index on SQLite and on PostgreSQL alike, neve
 - a phone suffix is a prefix of `lead.phone_reversed`, the phone's digits back to front;
 - an e-mail is a prefix of `lead.email`, stored lower case;
 - a name word is a prefix of a row of `lead_name_part`: each lead's first and last names and
-  their parts, folded (lower case, no accents).
+  their parts, folded (lower case, no accents). The same parts are on the lead row, in
+  `lead.name_key`, each after PART_START: a page that walks the list's own index checks a common
+  word there, on the row it reads anyway, rather than with a lookup in `lead_name_part` per lead.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Iterable
 
 import peewee as pw
 
+from .db import database
 from .models import Lead, LeadNamePart
 from .schemas import is_phone_text, trim
 
@@ -31,6 +34,9 @@ APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 # Above every character: `column >= p AND column < p + TOP` holds exactly the values that start
 # with p under byte-wise (UTF-8) ordering, which SQLite's BINARY and the C collation both use.
 TOP = "\U0010ffff"
+# What each part follows in a name key. No search word holds a control character (parse refuses
+# them), so PART_START + word is in a key exactly where the word starts a part.
+PART_START = "\x1f"
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,22 @@ def name_parts(first_name: str, last_name: str) -> set[str]:
     its parts on (so `o'brien` starts a part of "van der O'Brien" as `brien` does)."""
     parts: set[str] = set()
     for name in (first_name, last_name):
-        folded = fold(name or "").strip()
+        # Inside a name PART_START becomes another control character: one no word matches either.
+        folded = fold(name or "").strip().replace(PART_START, "\x1e")
         starts = [0] + [m.end() for m in NAME_SEPARATORS.finditer(folded)]
         # A part is a CharField(100): NFKD can lengthen a 100-character name.
         parts.update(folded[start:start + 100] for start in starts if start < len(folded))
     return parts
+
+
+def name_key(first_name: str, last_name: str) -> str | None:
+    """`lead.name_key`: the name parts in one text, each after PART_START (None without a name)."""
+    return "".join(PART_START + part for part in sorted(name_parts(first_name, last_name))) or None
+
+
+def parts_of(key: str | None) -> list[str]:
+    """The name parts a name key holds."""
+    return key.split(PART_START)[1:] if key else []
 
 
 def phone_reversed(phone: str | None) -> str | None:
@@ -101,7 +118,7 @@ def matching(search: Search, workspace_id: int) -> pw.Expression:
         return pw.SQL("1 = 0")
     condition = None
     # The rarest word decides the plan. Few matches: read them from the part index, then sort
-    # them. Many: walk the list's sort index and probe each lead's parts, and a page fills
+    # them. Many: walk the list's sort index and check each lead's name key, and a page fills
     # after a few rows. Neither plan suits the other case, and a planner's estimate of a prefix
     # range is a guess, so the count (capped, from the part index alone) picks.
     counts = {word: _matches_up_to(workspace_id, word, COMMON) for word in search.terms}
@@ -110,11 +127,16 @@ def matching(search: Search, workspace_id: int) -> pw.Expression:
         if word == rarest and counts[word] < COMMON:
             term = Lead.id.in_(_parts(workspace_id, word).select(LeadNamePart.lead))
         else:
-            probe = LeadNamePart.alias()
-            term = pw.fn.EXISTS(probe.select(pw.SQL("1")).where(
-                (probe.lead == Lead.id) & _starts_with(probe.part, word)))
+            term = _holds(Lead.name_key, PART_START + word)
         condition = term if condition is None else condition & term
     return condition
+
+
+def _holds(column: pw.Field, text: str) -> pw.Expression:
+    """Whether the column's value contains the text, by position (no LIKE: no wildcards, and the
+    same case rules on both databases). SQLite calls the function instr, PostgreSQL strpos."""
+    position = pw.fn.instr if isinstance(database.obj, pw.SqliteDatabase) else pw.fn.strpos
+    return position(column, text) > 0
 
 
 # Matches above which a name word is common: walking the sort index then reads about
@@ -132,11 +154,12 @@ def _matches_up_to(workspace_id: int, word: str, cap: int) -> int:
 
 
 def save_name_parts(leads: Iterable[Lead], *, replace: bool = False) -> None:
-    """Write the leads' name parts (in the caller's transaction); `replace` drops the old ones first."""
+    """Write the rows of the leads' name keys (in the caller's transaction); `replace` drops the
+    old ones first."""
     leads = list(leads)
     if replace:
         LeadNamePart.delete().where(LeadNamePart.lead.in_([lead.id for lead in leads])).execute()
     rows = [{"lead": lead.id, "workspace": lead.workspace_id, "part": part}
-            for lead in leads for part in sorted(name_parts(lead.first_name, lead.last_name))]
+            for lead in leads for part in parts_of(lead.name_key)]
     if rows:
         LeadNamePart.insert_many(rows).execute()

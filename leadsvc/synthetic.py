@@ -37,7 +37,7 @@ from .db import database, is_postgres, transaction
 from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, Activity, CustomField, Lead, LeadNamePart,
                      LostReason, Member, Rule, Source, Status, Transition, Workspace, utcnow)
 from .scoring import ENGAGEMENT_POINTS, score_lead
-from .search import name_parts, phone_reversed
+from .search import name_key, parts_of, phone_reversed
 
 log = logging.getLogger("leadsvc")
 
@@ -194,7 +194,7 @@ class _Writer:
 LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "phone", "email", "source_id",
                 "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
                 "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
-                "activity_sort_at", "phone_reversed", "lost_reason_id")
+                "activity_sort_at", "phone_reversed", "lost_reason_id", "name_key")
 NAME_PART_COLUMNS = ("lead_id", "workspace_id", "part")
 TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
                       "seconds_in_from", "lost_reason_id")
@@ -373,12 +373,13 @@ class Generator:
             field_scores=self.field_scores, engagement=engagement, status_kind=self.kind[status.id])
         updated = max(at, last_activity) if last_activity else at
         last_text = _time(last_activity) if last_activity else None
+        key = name_key(first, last)
         out["lead"].append((lead_id, ws, new_id("ld_"), first, last, phone, email, source.id if source else None,
                             status.id, owner.id, owner.team_id, None if value is None else str(value),
                             _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
                             _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone),
-                            lost_reason.id if lost_reason else None))
-        out["name_part"].extend((lead_id, ws, part) for part in name_parts(first, last))
+                            lost_reason.id if lost_reason else None, key))
+        out["name_part"].extend((lead_id, ws, part) for part in parts_of(key))
 
 
 def _taken(phones: list[str], emails: list[str], workspace_id: int) -> tuple[set[str], set[str]]:

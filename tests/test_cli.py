@@ -347,6 +347,7 @@ def test_migrate_is_idempotent(run_cli):
 
 def test_migrate_builds_a_fresh_database(run_cli, tmp_path):
     result = ok(run_cli("migrate", env={"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/new/leadsvc.sqlite3"}))
+    assert "Applying migrations: 0001_initial" in result.stderr, "said before it runs"
     assert "Applied migrations: 0001_initial" in result.stderr and (tmp_path / "new" / "leadsvc.sqlite3").exists()
 
 

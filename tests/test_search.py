@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import create_lead
 from leadsvc.models import Lead, LeadNamePart
 from leadsvc import search
-from leadsvc.search import name_parts, parse
+from leadsvc.search import PART_START, name_key, name_parts, parse, parts_of
 
 LIST = "/api/v1/leads"
 
@@ -82,6 +82,22 @@ def test_a_word_must_start_a_part():
 
 def found_in(parts: set[str], word: str) -> bool:
     return any(part.startswith(word) for part in parts)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(first=st.text(max_size=30), last=st.text(alphabet="ab -'\x1f\x1e\u00a8", max_size=12),
+       q=st.text(alphabet="ab -'\u00a8", min_size=2, max_size=8))
+def test_a_name_key_holds_a_word_exactly_where_the_word_starts_a_part(first, last, q):
+    # The plan of a common word checks the lead's name key, the plan of a rare one its part rows:
+    # both must find the same leads.
+    parts, key = name_parts(first, last), name_key(first, last)
+    assert sorted(parts_of(key)) == sorted(parts)
+    try:
+        words = parse(q).terms
+    except ValueError:   # blank, say
+        words = ()
+    for word in words:
+        assert (PART_START + word in (key or "")) == found_in(parts, word), (first, last, word)
 
 
 def test_name_parts_split_on_whitespace_hyphens_and_apostrophes():
@@ -159,7 +175,9 @@ def test_export_takes_q(client, ws, asha):
 
 # --- kept up to date -----------------------------------------------------------------------------
 
-def test_a_patch_of_phone_email_or_names_moves_what_is_found(client, ws, asha):
+@pytest.mark.parametrize("common", [1, 2000])
+def test_a_patch_of_phone_email_or_names_moves_what_is_found(client, ws, asha, monkeypatch, common):
+    monkeypatch.setattr(search, "COMMON", common)   # 1: name words take the plan of a common word
     changed = client.patch(f"{LIST}/{asha}", json={"first_name": "Meera", "last_name": "Iyer",
                                                    "phone": "+919812345678", "email": "meera@x.test"},
                            headers=ws.headers())
@@ -169,6 +187,7 @@ def test_a_patch_of_phone_email_or_names_moves_what_is_found(client, ws, asha):
     for now in ("meera", "iyer", "meera iyer", "45678", "meera@x.test"):
         assert found(client, ws, now) == {asha}
     assert sorted(p.part for p in LeadNamePart.select().join(Lead).where(Lead.public_id == asha)) == ["iyer", "meera"]
+    assert parts_of(Lead.get(Lead.public_id == asha).name_key) == ["iyer", "meera"]
 
 
 def test_a_patch_of_other_fields_keeps_the_name_parts(client, ws, asha):
@@ -218,7 +237,7 @@ def test_any_q_is_200_or_422_never_500(client, ws, q):
 
 @pytest.mark.parametrize("common", [1, 2000])
 def test_common_and_rare_words_find_the_same_leads_in_every_scope(client, ws, make_lead, monkeypatch, common):
-    # `common` 1: every word takes the plan for a common one (the sort index, probing parts).
+    # `common` 1: every word takes the plan for a common one (the sort index, checking name keys).
     monkeypatch.setattr(search, "COMMON", common)
     mine = [make_lead(ws, owner="n1@t.test", first_name="Kiran", last_name=f"Shah{i}") for i in range(4)]
     south = make_lead(ws, owner="s1@t.test", first_name="Kiran", last_name="Rao")
@@ -261,6 +280,40 @@ def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path
         assert rows["B"].phone_reversed == "012345678919" and rows["C"].phone_reversed is None
         assert sorted(p.part for p in LeadNamePart.select().where(LeadNamePart.lead == rows["B"].id)) == \
             ["d'souza", "jose", "souza"]
+    db.close()
+
+
+def test_migration_0012_gives_the_leads_already_there_their_name_keys(app, backend, tmp_path, request):
+    from test_contract import fresh_database
+    from leadsvc.db import MigrationRunner
+    from leadsvc.models import Status, Workspace
+    db = fresh_database(backend, tmp_path, request)
+    runner = MigrationRunner(db, table_name="schema_migration")
+    with db.atomic():
+        runner.up(target="0011_privacy")
+    with db.bind_ctx([Workspace, Status]):
+        workspace = Workspace.create(name="Before name keys")
+        status = Status.create(workspace=workspace, name="New", position=1, kind="open")
+    now = datetime(2026, 1, 1)
+    old_lead, old_part = pw.Table("lead").bind(db), pw.Table("lead_name_part").bind(db)
+    names = {"B": ("María-José", "van der O’Brien"), "C": ("", ""), "D": ("Odd\x1fname", "")}
+    for letter, (first, last) in names.items():
+        old_lead.insert(workspace_id=workspace.id, public_id="ld_" + letter * 22, status_id=status.id,
+                        custom_fields="{}", score_reasons="[]", score=0, engagement=0, version=1, created_at=now,
+                        updated_at=now, status_changed_at=now, activity_sort_at=now, first_name=first,
+                        last_name=last, email=f"{letter}@y.test").execute()
+        lead_id = old_lead.select(old_lead.c.id).where(old_lead.c.public_id == "ld_" + letter * 22).scalar()
+        # Parts as 0008 to 0011 wrote them: a U+001F inside a name stays in its part.
+        raw = {part.replace("\x1e", "\x1f") for part in name_parts(first, last)}
+        for part in raw:
+            old_part.insert(lead_id=lead_id, workspace_id=workspace.id, part=part).execute()
+    with db.atomic():
+        assert runner.up(target="0012_name_key") == ["0012_name_key"]
+    with db.bind_ctx([Lead]):
+        keys = {lead.public_id[3]: lead.name_key for lead in Lead.select(Lead.public_id, Lead.name_key)}
+    assert keys["C"] is None
+    for letter in "BD":
+        assert sorted(parts_of(keys[letter])) == sorted(name_parts(*names[letter])), letter
     db.close()
 
 
