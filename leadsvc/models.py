@@ -224,6 +224,7 @@ class Lead(BaseModel):
     first_name = pw.CharField(max_length=100, default="")
     last_name = pw.CharField(max_length=100, default="")
     phone = pw.CharField(max_length=16, null=True)        # E.164
+    # Searched as prefix ranges, so on PostgreSQL these two and LeadNamePart.part are COLLATE "C" (0013).
     email = pw.CharField(max_length=254, null=True)       # lower case
     # The phone's digits back to front (search.phone_reversed): a suffix search is a prefix range.
     phone_reversed = pw.CharField(max_length=16, null=True)

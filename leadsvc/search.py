@@ -32,7 +32,8 @@ NAME_SEPARATORS = re.compile(r"[\s\-']+")
 # Typographic apostrophes, typed or pasted, are the plain one.
 APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 # Above every character: `column >= p AND column < p + TOP` holds exactly the values that start
-# with p under byte-wise (UTF-8) ordering, which SQLite's BINARY and the C collation both use.
+# with p under byte-wise (UTF-8) ordering, which SQLite's BINARY and the C collation both use
+# (on PostgreSQL the searched columns are COLLATE "C" whatever the database's collation, 0013).
 TOP = "\U0010ffff"
 # What each part follows in a name key. No search word holds a control character (parse refuses
 # them), so PART_START + word is in a key exactly where the word starts a part.

@@ -317,6 +317,18 @@ def test_migration_0012_gives_the_leads_already_there_their_name_keys(app, backe
     db.close()
 
 
+@pytest.mark.only_on("postgresql")
+def test_the_columns_searched_by_prefix_compare_byte_by_byte_whatever_the_database_collation():
+    # A prefix range is the prefix only under byte-wise order; the database's own collation may
+    # be a language's (en_US.UTF-8), so the columns name theirs (0013).
+    from leadsvc.db import database
+    rows = database.execute_sql(
+        "SELECT table_name, column_name, collation_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND (table_name, column_name) IN "
+        "(('lead', 'email'), ('lead', 'phone_reversed'), ('lead_name_part', 'part'))").fetchall()
+    assert sorted(rows) == [("lead", "email", "C"), ("lead", "phone_reversed", "C"), ("lead_name_part", "part", "C")]
+
+
 def test_a_phone_is_searched_by_the_same_characters_a_create_takes():
     # Full-width digits are digits to a create (the phone library reads them): a search too.
     assert parse("\uff19\uff18\uff17\uff16\uff15") == parse("98765")
