@@ -254,25 +254,35 @@ def test_common_and_rare_words_find_the_same_leads_in_every_scope(client, ws, ma
     assert sorted(seen) == sorted(mine)
 
 
-def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path, request):
+def migrated_up_to(target: str, backend, tmp_path, request):
+    """A fresh database migrated up to `target`, with a workspace and its status, and the runner
+    that takes it further."""
     from test_contract import fresh_database
     from leadsvc.db import MigrationRunner
     from leadsvc.models import Status, Workspace
     db = fresh_database(backend, tmp_path, request)
     runner = MigrationRunner(db, table_name="schema_migration")
     with db.atomic():
-        runner.up(target="0007_partial_contact_indexes")
+        runner.up(target=target)
     with db.bind_ctx([Workspace, Status]):
-        workspace = Workspace.create(name="Before search")
+        workspace = Workspace.create(name=f"Before {target}")
         status = Status.create(workspace=workspace, name="New", position=1, kind="open")
-    # Only the columns 0007 has (the model has later ones): phone_reversed comes with 0008.
-    now = datetime(2026, 1, 1)
-    old_lead = pw.Table("lead").bind(db)
-    for public_id, contact in (("ld_" + "B" * 22, {"first_name": "José", "last_name": "D'Souza", "phone": "+919876543210"}),
-                               ("ld_" + "C" * 22, {"first_name": "", "last_name": "", "email": "x@y.test"})):
-        old_lead.insert(workspace_id=workspace.id, public_id=public_id, status_id=status.id, custom_fields="{}",
-                        score_reasons="[]", score=0, engagement=0, version=1, created_at=now, updated_at=now,
-                        status_changed_at=now, activity_sort_at=now, **contact).execute()
+    return db, runner, workspace, status
+
+
+def insert_old_lead(db, workspace, status, letter: str, **contact) -> int:
+    """A lead row with only the columns 0007 has (the model has later ones); its id."""
+    now, table = datetime(2026, 1, 1), pw.Table("lead").bind(db)
+    table.insert(workspace_id=workspace.id, public_id="ld_" + letter * 22, status_id=status.id, custom_fields="{}",
+                 score_reasons="[]", score=0, engagement=0, version=1, created_at=now, updated_at=now,
+                 status_changed_at=now, activity_sort_at=now, **contact).execute()
+    return table.select(table.c.id).where(table.c.public_id == "ld_" + letter * 22).scalar()
+
+
+def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path, request):
+    db, runner, workspace, status = migrated_up_to("0007_partial_contact_indexes", backend, tmp_path, request)
+    insert_old_lead(db, workspace, status, "B", first_name="José", last_name="D'Souza", phone="+919876543210")
+    insert_old_lead(db, workspace, status, "C", first_name="", last_name="", email="x@y.test")
     with db.atomic():
         assert runner.up(target="0008_search") == ["0008_search"]
     with db.bind_ctx([Lead, LeadNamePart]):
@@ -284,28 +294,14 @@ def test_migration_0008_backfills_the_leads_already_there(app, backend, tmp_path
 
 
 def test_migration_0012_gives_the_leads_already_there_their_name_keys(app, backend, tmp_path, request):
-    from test_contract import fresh_database
-    from leadsvc.db import MigrationRunner
-    from leadsvc.models import Status, Workspace
-    db = fresh_database(backend, tmp_path, request)
-    runner = MigrationRunner(db, table_name="schema_migration")
-    with db.atomic():
-        runner.up(target="0011_privacy")
-    with db.bind_ctx([Workspace, Status]):
-        workspace = Workspace.create(name="Before name keys")
-        status = Status.create(workspace=workspace, name="New", position=1, kind="open")
-    now = datetime(2026, 1, 1)
-    old_lead, old_part = pw.Table("lead").bind(db), pw.Table("lead_name_part").bind(db)
+    db, runner, workspace, status = migrated_up_to("0011_privacy", backend, tmp_path, request)
+    old_part = pw.Table("lead_name_part").bind(db)
     names = {"B": ("María-José", "van der O’Brien"), "C": ("", ""), "D": ("Odd\x1fname", "")}
     for letter, (first, last) in names.items():
-        old_lead.insert(workspace_id=workspace.id, public_id="ld_" + letter * 22, status_id=status.id,
-                        custom_fields="{}", score_reasons="[]", score=0, engagement=0, version=1, created_at=now,
-                        updated_at=now, status_changed_at=now, activity_sort_at=now, first_name=first,
-                        last_name=last, email=f"{letter}@y.test").execute()
-        lead_id = old_lead.select(old_lead.c.id).where(old_lead.c.public_id == "ld_" + letter * 22).scalar()
+        lead_id = insert_old_lead(db, workspace, status, letter, first_name=first, last_name=last,
+                                  email=f"{letter}@y.test")
         # Parts as 0008 to 0011 wrote them: a U+001F inside a name stays in its part.
-        raw = {part.replace("\x1e", "\x1f") for part in name_parts(first, last)}
-        for part in raw:
+        for part in {part.replace("\x1e", "\x1f") for part in name_parts(first, last)}:
             old_part.insert(lead_id=lead_id, workspace_id=workspace.id, part=part).execute()
     with db.atomic():
         assert runner.up(target="0012_name_key") == ["0012_name_key"]
