@@ -314,7 +314,7 @@ def test_migration_0012_gives_the_leads_already_there_their_name_keys(app, backe
 
 
 @pytest.mark.only_on("postgresql")
-def test_the_columns_searched_by_prefix_compare_byte_by_byte_whatever_the_database_collation():
+def test_the_columns_searched_by_prefix_compare_byte_by_byte_whatever_the_database_collation(app):
     # A prefix range is the prefix only under byte-wise order; the database's own collation may
     # be a language's (en_US.UTF-8), so the columns name theirs (0013).
     from leadsvc.db import database
