@@ -166,9 +166,9 @@ def list_items(text: str) -> list[str]:
 class Text(ma.fields.String):
     """A trimmed string of at most max_length characters."""
 
-    def __init__(self, max_length: int, **kwargs):
+    def __init__(self, max_length: int, validate: tuple = (), **kwargs):
         self.max_length = max_length
-        super().__init__(validate=ma.validate.Length(max=max_length), **kwargs)
+        super().__init__(validate=[ma.validate.Length(max=max_length), *validate], **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         return trim(super()._deserialize(value, attr, data, **kwargs))
@@ -331,10 +331,15 @@ class SchemaKeywordsPlugin(BasePlugin):
 ON_DUPLICATE = ("ignore", "update", "fill_empty")
 
 
-def required_text(max_length: int, metadata: dict) -> Text:
-    """A trimmed string of 1..max_length characters that says something (is_blank is refused by
-    the schema's own validator, with its sentence)."""
-    return Text(max_length, required=True, metadata={"minLength": 1, "pattern": NOT_BLANK_PATTERN, **metadata})
+def required_text(max_length: int, blank: str, metadata: dict) -> Text:
+    """A trimmed string of 1..max_length characters that says something: blank text (is_blank)
+    is refused with the sentence `blank`."""
+    def says_something(value: str) -> None:
+        if is_blank(value):
+            raise ma.ValidationError(blank)
+
+    return Text(max_length, validate=(says_something,), required=True,
+                metadata={"minLength": 1, "pattern": NOT_BLANK_PATTERN, **metadata})
 
 
 PURPOSE_LENGTH, NOTICE_VERSION_LENGTH = 200, 64
@@ -343,14 +348,10 @@ PURPOSE_LENGTH, NOTICE_VERSION_LENGTH = 200, 64
 class ConsentGivenSchema(ma.Schema):
     """The consent a person gave to a notice, as an API client sends it with a new lead."""
 
-    purpose = required_text(PURPOSE_LENGTH, metadata={"description": "What the person consented to."})
+    purpose = required_text(PURPOSE_LENGTH, "Say what the person consented to: the purpose is empty.",
+                            metadata={"description": "What the person consented to."})
     notice_version = Text(NOTICE_VERSION_LENGTH, allow_none=True, metadata={
         "description": "The version of the notice the person saw."})
-
-    @ma.validates("purpose")
-    def _not_blank(self, value, **kwargs):
-        if is_blank(value):
-            raise ma.ValidationError("Say what the person consented to: the purpose is empty.")
 
 
 class PhoneOrEmailSchema(ma.Schema):
@@ -485,24 +486,16 @@ class UtcAwareDateTime(ma.fields.AwareDateTime):
 
 
 class NoteCreateSchema(ma.Schema):
-    body = required_text(NOTE_LENGTH, metadata={"description": "Trimmed; 1 to 5,000 characters."})
-
-    @ma.validates("body")
-    def _not_blank(self, value, **kwargs):
-        if is_blank(value):
-            raise ma.ValidationError("Write something: the note is empty.")
+    body = required_text(NOTE_LENGTH, "Write something: the note is empty.",
+                         metadata={"description": "Trimmed; 1 to 5,000 characters."})
 
 
 class ActivityCreateSchema(ma.Schema):
     kind = ma.fields.String(required=True, validate=ma.validate.OneOf(CONTACT_KINDS))
-    summary = required_text(NOTE_LENGTH, metadata={"description": "What happened; 1 to 5,000 characters."})
+    summary = required_text(NOTE_LENGTH, "Say what happened: the summary is empty.",
+                            metadata={"description": "What happened; 1 to 5,000 characters."})
     occurred_at = UtcAwareDateTime(metadata={
         "description": "RFC 3339 with an offset; default now. Not in the future (5 minutes of clock skew allowed)."})
-
-    @ma.validates("summary")
-    def _not_blank(self, value, **kwargs):
-        if is_blank(value):
-            raise ma.ValidationError("Say what happened: the summary is empty.")
 
     @ma.validates("occurred_at")
     def _not_in_future(self, value, **kwargs):
@@ -552,13 +545,8 @@ REASON_LENGTH = 500
 
 
 class EraseSchema(ma.Schema):
-    reason = required_text(REASON_LENGTH, metadata={
+    reason = required_text(REASON_LENGTH, "Say why: the reason is empty.", metadata={
         "description": "Why the lead is erased (kept in its `erased` audit entry)."})
-
-    @ma.validates("reason")
-    def _not_blank(self, value, **kwargs):
-        if is_blank(value):
-            raise ma.ValidationError("Say why: the reason is empty.")
 
 
 class PersonErasureSchema(PhoneOrEmailSchema, EraseSchema):
