@@ -30,7 +30,7 @@ from .models import Delivery, Event, Lead, Webhook, utcnow
 from .schemas import rfc3339
 
 LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
-               "lead.note_added", "lead.activity_logged", "lead.erased")
+               "lead.note_added", "lead.note_edited", "lead.note_deleted", "lead.activity_logged", "lead.erased")
 TEST_EVENT = "webhook.test"
 EVENT_TYPES = (*LEAD_EVENTS, TEST_EVENT)
 ROTATION_OVERLAP = timedelta(hours=24)   # how long the previous secret still signs after a rotation

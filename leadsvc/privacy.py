@@ -30,8 +30,9 @@ from .pipeline import Actor, leads_with_contact, lock_lead, plain, record_audit
 from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery, one
 
 ERASED = "[erased]"
-# Audit fields that hold the person's own data; custom fields are personal by their definition.
-PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email"})
+# Audit fields that hold the person's own data (a note's body: free text about them); custom fields
+# are personal by their definition.
+PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email", "body"})
 
 
 def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:

@@ -227,6 +227,27 @@ def test_erasure_deletes_every_recorded_response_of_a_request_that_named_the_lea
     assert retry.status_code == (422 if first.status_code == 422 else 409), retry.json
 
 
+def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_audit(client, ws):
+    lead = new_lead(client, ws)
+    notes = f"/api/v1/leads/{lead['id']}/notes"
+    edited, deleted = (post(client, ws, notes, {"body": body}).json["data"]["id"]
+                       for body in ("Asha's sister is Meera", "Asha's PAN is ABCDE1234F"))
+    assert client.patch(f"/api/v1/notes/{edited}", json={"body": "Asha's sister is Meera Rao"},
+                        headers=ws.headers()).status_code == 200
+    assert client.delete(f"/api/v1/notes/{deleted}", headers=ws.headers()).status_code == 204
+    subject = client.get("/api/v1/privacy/subject", query_string={"phone": lead["contact"]["phone"]},
+                         headers=ws.headers()).json["data"]["leads"][0]
+    assert [note["body"] for note in subject["notes"]] == ["Asha's sister is Meera Rao"]
+    assert {entry["action"] for entry in subject["audit"]} >= {"note_edited", "note_deleted"}
+
+    assert erase(client, ws, lead["id"]).status_code == 200
+    audit = client.get(f"/api/v1/leads/{lead['id']}/audit", headers=ws.headers()).json["data"]
+    changes = {entry["action"]: entry["changes"] for entry in audit}
+    assert changes["note_edited"]["body"] == {"old": "[erased]", "new": "[erased]"}
+    assert changes["note_deleted"]["body"] == {"old": "[erased]", "new": None}
+    assert "Meera" not in json.dumps(audit) and "ABCDE" not in json.dumps(audit)
+
+
 def test_erasure_is_one_transaction(client, ws, monkeypatch):
     from leadsvc import privacy
 

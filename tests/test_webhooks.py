@@ -372,6 +372,19 @@ def test_batch_items_and_upserts_send_their_events_signed(client, ws, receiver, 
     assert updated["data"]["changes"] == {"first_name": {"old": "Known", "new": "Renamed"}}
 
 
+def test_editing_and_deleting_a_note_send_their_events(client, ws, receiver, deliverer):
+    register(client, ws, receiver.url, ["lead.note_edited", "lead.note_deleted"])
+    lead = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).json["data"]
+    note = client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "Wants a villa"},
+                       headers=ws.headers()).json["data"]
+    client.patch(f"/api/v1/notes/{note['id']}", json={"body": "Wants a plot"}, headers=ws.headers())
+    client.delete(f"/api/v1/notes/{note['id']}", headers=ws.headers())
+    assert deliverer.deliver_due() == 2
+    [edited], [deleted] = receiver.of_type("lead.note_edited"), receiver.of_type("lead.note_deleted")
+    assert edited["data"]["note"]["body"] == "Wants a plot" and edited["data"]["lead"]["id"] == lead["id"]
+    assert deleted["data"]["note"] == {"id": note["id"]} and deleted["data"]["lead"]["id"] == lead["id"]
+
+
 def test_with_no_webhook_subscribed_a_change_writes_no_event(client, ws, receiver):
     register(client, ws, receiver.url, ["lead.note_added"])
     lead = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).json["data"]
