@@ -21,6 +21,14 @@ def move(client, ws, lead, status):
 
 # --- notes -----------------------------------------------------------------------------------
 
+# A new note's body and an edited one's follow the same rules.
+INVALID_NOTES = [
+    ({"body": "   "}, "body"),
+    ({"body": "x" * 5001}, "body"),
+    ({}, "body"),
+    ({"body": "ok", "pinned": True}, "pinned"),
+]
+
 def test_note_is_trimmed_and_attributed_to_the_token(client, ws, make_lead):
     lead = make_lead(ws, owner=NORTH_AGENT)
     response = client.post(url(lead, "notes"), json={"body": "  Wants a site visit on Sunday.  "},
@@ -44,12 +52,7 @@ def test_note_shows_in_the_lead_timeline_and_audit(client, ws, make_lead):
     assert audit[-1]["changes"] == {"note": {"old": None, "new": note["id"]}}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"body": "   "}, "body"),
-    ({"body": "x" * 5001}, "body"),
-    ({}, "body"),
-    ({"body": "ok", "pinned": True}, "pinned"),
-])
+@pytest.mark.parametrize("body, field", INVALID_NOTES)
 def test_invalid_note_is_422_and_writes_nothing(client, ws, make_lead, body, field):
     lead = make_lead(ws)
     before = Note.select().count()
@@ -143,12 +146,7 @@ def test_a_note_by_someone_else_is_403_unless_the_caller_is_an_admin(client, ws,
         assert response.json["code"] == "forbidden" and kept.body == "Mine"
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"body": "   "}, "body"),
-    ({"body": "x" * 5001}, "body"),
-    ({}, "body"),
-    ({"body": "ok", "pinned": True}, "pinned"),
-])
+@pytest.mark.parametrize("body, field", INVALID_NOTES)
 def test_an_edited_note_is_held_to_the_rules_of_a_new_one(client, ws, make_lead, body, field):
     lead = make_lead(ws)
     note = add_note(client, ws, lead, "Original")
