@@ -16,7 +16,7 @@ import peewee as pw
 from flask import g, request
 
 from .db import database, read_rows
-from .models import BASE62, Lead, Member, Token, Workspace, public_id_pattern, utcnow
+from .models import BASE62, Lead, Member, Note, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
@@ -264,6 +264,14 @@ def visible_lead_or_404(public_id: str) -> Lead:
     if lead is None:
         raise NotFound(f"No lead {public_id}.")
     return lead
+
+
+def visible_note_or_404(public_id: str) -> Note:
+    """A note of a lead in the caller's scope: any other is 404, like a missing one."""
+    note = Note.select().where((Note.public_id == public_id) & Note.lead.in_(visible_leads(Lead.id))).first()
+    if note is None:
+        raise NotFound(f"No note {public_id}.")
+    return note
 
 
 def member_scope(who: Caller) -> pw.Expression:

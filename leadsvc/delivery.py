@@ -511,7 +511,11 @@ class Deliverer:
             if delivery is None:
                 return None
             delivery.last_status, delivery.last_error = answer.status, answer.error
-            delivery.last_response = answer.body
+            # An erasure that cut the event while this attempt ran cleared the log: the answer
+            # to the body sent before it may echo the person's data, so it is not kept.
+            sent = item.delivery.event
+            cut = answer.body and Event.select().where((Event.id == sent.id) & (Event.body != sent.body)).exists()
+            delivery.last_response = None if cut else answer.body
             delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
             hook = for_update(Webhook.select().where(Webhook.id == delivery.webhook_id)).first()
             if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled

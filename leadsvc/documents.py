@@ -348,7 +348,8 @@ class AuditChangeSchema(ma.Schema):
 class AuditEntrySchema(ma.Schema):
     id = ma.fields.String(required=True)
     action = ma.fields.String(required=True, metadata={
-        "enum": ["created", "updated", "status_changed", "note_added", "activity_logged", "consent_given",
+        "enum": ["created", "updated", "status_changed", "note_added", "note_edited", "note_deleted",
+                 "activity_logged", "consent_given",
                  "consent_withdrawn", "erased"]})
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)

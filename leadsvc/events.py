@@ -30,7 +30,7 @@ from .models import Delivery, Event, Lead, Webhook, utcnow
 from .schemas import rfc3339
 
 LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
-               "lead.note_added", "lead.activity_logged", "lead.erased")
+               "lead.note_added", "lead.note_edited", "lead.note_deleted", "lead.activity_logged", "lead.erased")
 TEST_EVENT = "webhook.test"
 EVENT_TYPES = (*LEAD_EVENTS, TEST_EVENT)
 ROTATION_OVERLAP = timedelta(hours=24)   # how long the previous secret still signs after a rotation
@@ -68,12 +68,15 @@ def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Itera
 
 def forget(lead: Lead) -> None:
     """Cut an erased lead's earlier events down to its id, in the erasure's transaction: their
-    bodies copied the lead's personal data. Deliveries still due send the cut body."""
+    bodies copied the lead's personal data. Deliveries still due send the cut body, and the
+    answers kept in the deliveries log go: a receiver may echo what it was sent."""
     for event_id, body in Event.select(Event.id, Event.body).where(Event.lead == lead.id).tuples():
         sent = jsoncodec.decode(body)
         cut = jsoncodec.text({"type": sent["type"], "timestamp": sent["timestamp"],
                               "data": {"lead": {"id": lead.public_id}}})
         Event.update(body=cut).where(Event.id == event_id).execute()
+    (Delivery.update(last_response=None)
+     .where(Delivery.event.in_(Event.select(Event.id).where(Event.lead == lead.id))).execute())
 
 
 # --- secrets and signatures ------------------------------------------------------------------

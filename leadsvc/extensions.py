@@ -113,6 +113,10 @@ class LeadIdConverter(BaseConverter):
     regex = public_id_regex("ld_")
 
 
+class NoteIdConverter(BaseConverter):
+    regex = public_id_regex("note_")
+
+
 class WebhookIdConverter(BaseConverter):
     regex = public_id_regex("wh_")
 
@@ -121,7 +125,7 @@ class DeliveryIdConverter(BaseConverter):
     regex = public_id_regex("dlv_")
 
 
-CONVERTERS = {"lead_id": LeadIdConverter, "webhook_id": WebhookIdConverter, "delivery_id": DeliveryIdConverter}
+CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter, "delivery_id": DeliveryIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

@@ -43,6 +43,7 @@ from .problems import Conflict, ValidationFailed
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
+LEAD_IN_PATH = re.compile(r"<lead_id:(\w+)>")     # a route argument that names a lead
 KEEP = timedelta(hours=24)
 REPLAYED_HEADERS = ("Content-Type", "Location", "ETag", "Link")
 UNRECORDED_STATUSES = frozenset({401, 403, 429})
@@ -195,18 +196,25 @@ def _insert(scope: str, key: str, digest: str) -> IdempotencyKey:
     try:
         with database.atomic():   # a savepoint: a failed insert leaves the transaction usable
             return IdempotencyKey.create(scope=scope, key=key, request_hash=digest, status=0, headers={},
-                                         body=b"", created_at=now, expires_at=now + KEEP)
+                                         body=b"", created_at=now, expires_at=now + KEEP, lead_public_id=_lead_named())
     finally:
         if is_postgres():
             database.execute_sql("SET LOCAL lock_timeout TO DEFAULT")
 
 
-def forget(terms: list[str]) -> int:
-    """Delete the recorded responses that hold any of the terms (a lead's id, phone or e-mail), in
-    the caller's transaction: an erased lead's data must not come back in a replay."""
-    if not terms:
-        return 0
-    return IdempotencyKey.delete().where(any_of([_body_holds(term.encode()) for term in terms])).execute()
+def _lead_named() -> str | None:
+    """The public id of the lead the request's route names, if any: the response belongs to it.
+    Read from the route's pattern, so every route under /leads/{id} is covered as it is added."""
+    named = LEAD_IN_PATH.search(request.url_rule.rule)
+    return request.view_args[named.group(1)] if named else None
+
+
+def forget(lead_public_id: str, terms: list[str]) -> int:
+    """Delete the recorded responses of requests that named the lead, and those that hold any of
+    the terms (its phone or e-mail: a create's or a batch's answer), in the caller's transaction:
+    an erased lead's data must not come back in a replay."""
+    held = [_body_holds(term.encode()) for term in (lead_public_id, *terms)]
+    return IdempotencyKey.delete().where((IdempotencyKey.lead_public_id == lead_public_id) | any_of(held)).execute()
 
 
 def _body_holds(term: bytes) -> pw.Expression:

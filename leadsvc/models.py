@@ -416,10 +416,17 @@ class IdempotencyKey(BaseModel):
     body = pw.BlobField()
     created_at = pw.DateTimeField(default=utcnow)
     expires_at = pw.DateTimeField(index=True)
+    # The lead the request's path names (/leads/{id}/...): an erasure of it deletes the record.
+    lead_public_id = pw.CharField(max_length=48, null=True)
 
     class Meta:
         # The unique index is the lock: of two requests with one key, only one inserts the row.
         indexes = ((("scope", "key"), True),)
+
+
+IdempotencyKey.add_index(IdempotencyKey.index(IdempotencyKey.lead_public_id,
+                                              where=IdempotencyKey.lead_public_id.is_null(False),
+                                              name="idempotency_key_lead"))
 
 
 class Webhook(BaseModel):

@@ -601,6 +601,56 @@ def add_note(lead: Lead, body: str, actor: Actor, refs: Refs) -> Note:
     return note
 
 
+def edit_note(note: Note, body: str, actor: Actor, refs: Refs) -> Note:
+    """Change a note's body: the note, its timeline entry's excerpt, an audit entry with the old
+    and the new body and its event in one transaction (a body sent unchanged writes nothing)."""
+    with transaction():
+        lead, current = _lock_note(note, actor)
+        old = current.body
+        if body == old:
+            return current
+        current.body = body
+        current.save()
+        Activity.update(summary=body[:NOTE_EXCERPT]).where(_timeline_entry(lead, current)).execute()
+        record_audit(lead, actor, "note_edited", {"note": {"old": current.public_id, "new": current.public_id},
+                                                  "body": {"old": old, "new": body}})
+        events.record(refs, "lead.note_edited", lead,
+                      lambda: {"note": note_document(current, ActorNames([current], refs))})
+    return current
+
+
+def delete_note(note: Note, actor: Actor, refs: Refs) -> None:
+    """Delete a note and its timeline entry; the audit entry keeps the old body (one transaction)."""
+    with transaction():
+        lead, current = _lock_note(note, actor)
+        Activity.delete().where(_timeline_entry(lead, current)).execute()
+        Note.delete().where(Note.id == current.id).execute()
+        record_audit(lead, actor, "note_deleted", {"note": {"old": current.public_id, "new": None},
+                                                   "body": {"old": current.body, "new": None}})
+        events.record(refs, "lead.note_deleted", lead, lambda: {"note": {"id": current.public_id}})
+
+
+def _lock_note(note: Note, actor: Actor) -> tuple[Lead, Note]:
+    """The note's lead and the note, locked, if the actor may change it: the lead in its scope (else
+    404) and not erased (409), the note still there (404), and written by the actor's member
+    unless the actor is an admin (403)."""
+    lead = lock_lead(note.lead, actor)
+    current = for_update(Note.select().where(Note.id == note.id)).first()
+    if current is None:
+        raise NotFound(f"No note {note.public_id}.")
+    if actor.caller is not None and actor.caller.role != "admin" and current.actor_member_id != actor.member.id:
+        raise Forbidden(f"Note {note.public_id} was written by someone else: only its author or an admin may "
+                        "change it.")
+    return lead, current
+
+
+def _timeline_entry(lead: Lead, note: Note) -> pw.Expression:
+    """The `note` activity that repeats this note on the lead's timeline."""
+    entries = [activity_id for activity_id, data in Activity.select(Activity.id, Activity.data).where(
+        (Activity.lead == lead.id) & (Activity.kind == "note")).tuples() if (data or {}).get("note") == note.public_id]
+    return Activity.id.in_(entries)
+
+
 def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | None, actor: Actor,
                  refs: Refs) -> tuple[Lead, Activity]:
     """Log a call, e-mail, meeting or message: moves last_activity_at and the engagement score.

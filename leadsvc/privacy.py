@@ -5,7 +5,8 @@ its notes' bodies, its activities' summaries and data, its transitions' notes an
 client addresses are cleared, and its audit entries keep who changed which field when with
 "[erased]" for the personal values. Status, owner, team, source, score, transitions and times stay,
 so reports come out the same. Search (name parts, reversed phone), duplicate detection (phone and
-e-mail are null) and recorded idempotent responses lose it too.
+e-mail are null) and recorded idempotent responses lose it too; the deliveries log drops the
+receivers' answers to its events.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from .pipeline import Actor, leads_with_contact, lock_lead, plain, record_audit
 from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery, one
 
 ERASED = "[erased]"
-# Audit fields that hold the person's own data; custom fields are personal by their definition.
-PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email"})
+# Audit fields that hold the person's own data (a note's body: free text about them); custom fields
+# are personal by their definition.
+PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email", "body"})
 
 
 def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:
@@ -58,7 +60,7 @@ def erase_person(phone: str | None, email: str | None, reason: str, actor: Actor
 def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
     """Anonymise a locked lead and its history (in the caller's transaction)."""
     personal = {name for name, field in refs.custom_fields.items() if field.personal}
-    held = [value for value in (lead.public_id, lead.phone, lead.email) if value]
+    held = [value for value in (lead.phone, lead.email) if value]
     now = utcnow()
     lead.first_name = lead.last_name = ""
     lead.phone = lead.email = lead.phone_reversed = lead.name_key = None
@@ -81,7 +83,7 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
         scrubbed = _scrub_changes(changes or {}, personal)
         if scrubbed != changes:
             AuditEntry.update(changes=scrubbed).where(AuditEntry.id == entry_id).execute()
-    idempotency.forget(held)
+    idempotency.forget(lead.public_id, held)
     events.forget(lead)
     record_audit(lead, actor, "erased", {"erased_at": {"old": None, "new": plain(now)},
                                          "reason": {"old": None, "new": reason}})

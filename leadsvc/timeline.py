@@ -1,37 +1,40 @@
 """A lead's timeline and history: add notes, log contacts, list transitions and audit entries.
 
-Views only; the writes are pipeline.add_note and pipeline.log_activity. Every route finds the lead
-through the caller's scope first, so a lead outside it is 404 exactly like a missing one.
-History lists are oldest first (the order a history is read in), keyset-paginated on (at, id).
+Views only; the writes are pipeline.add_note, edit_note, delete_note and log_activity. Every route
+finds the lead (or the note's lead) through the caller's scope first, so a lead outside it is 404
+exactly like a missing one. History lists are oldest first (the order a history is read in); notes
+are newest first, as the lead's `include=notes` shows them; all are keyset-paginated on (time, id).
 """
 
 from __future__ import annotations
 
 import peewee as pw
+from flask import Response
 from flask.views import MethodView
 
 from . import cursor, pipeline
-from .auth import requires, visible_lead_or_404
-from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, NoteDocumentSchema, TransitionSchema,
-                        activity_document, audit_document, json_response, lead_document, note_document, request_refs,
-                        transition_document)
+from .auth import requires, visible_lead_or_404, visible_note_or_404
+from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, NoteDocumentSchema, NoteSchema,
+                        TransitionSchema, activity_document, audit_document, json_response, lead_document,
+                        note_document, request_refs, transition_document)
 from .extensions import Blueprint
 from .leads import actor
 from .listing import page_document
-from .models import AuditEntry, Lead, Transition
+from .models import AuditEntry, Lead, Note, Transition
 from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema, page_of
 
-blp = Blueprint("timeline", __name__, url_prefix="/api/v1/leads",
+blp = Blueprint("timeline", __name__, url_prefix="/api/v1",
                 description="A lead's timeline (notes, logged contacts) and its history (stage moves, audit).")
 
 HISTORY_ORDERS = {
     "transitions": cursor.Order(Transition.at, Transition.public_id, descending=False),
     "audit": cursor.Order(AuditEntry.at, AuditEntry.public_id, descending=False),
+    "notes": cursor.Order(Note.created_at, Note.public_id, descending=True),
 }
 
 
 def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, document) -> dict:
-    """One page of a lead's transitions or audit entries, oldest first, as the list envelope."""
+    """One page of a lead's transitions, audit entries or notes, in their order, as the list envelope."""
     order = HISTORY_ORDERS[kind]
     # A cursor is bound to the list and the lead it came from.
     binding = cursor.fingerprint(kind, lead.public_id)
@@ -41,8 +44,18 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
     return page_document([document(row, names) for row in rows], after)
 
 
-@blp.route("/<lead_id:public_id>/notes")
+@blp.route("/leads/<lead_id:public_id>/notes")
 class LeadNotes(MethodView):
+    @requires("leads:read")
+    @blp.arguments(HistoryQuery(), location="query")
+    @blp.response(200, page_of(NoteSchema))
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def get(self, params, public_id):
+        """List a lead's notes, newest first"""
+        lead = visible_lead_or_404(public_id)
+        return json_response(history_page("notes", Note, lead, params, note_document))
+
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(201, NoteDocumentSchema)
@@ -56,7 +69,31 @@ class LeadNotes(MethodView):
         return json_response({"data": note_document(note, ActorNames([note], refs))}, 201)
 
 
-@blp.route("/<lead_id:public_id>/activities")
+@blp.route("/notes/<note_id:public_id>")
+class LeadNote(MethodView):
+    @requires("notes:write")
+    @blp.arguments(NoteCreateSchema())
+    @blp.response(200, NoteDocumentSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
+    def patch(self, data, public_id):
+        """Change a note's body (its author or an admin)"""
+        refs = request_refs()
+        note = pipeline.edit_note(visible_note_or_404(public_id), data["body"], actor(), refs)
+        return json_response({"data": note_document(note, ActorNames([note], refs))})
+
+    @requires("notes:write")
+    @blp.response(204)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.alt_response(409, response="CONFLICT")
+    def delete(self, public_id):
+        """Delete a note (its author or an admin)"""
+        pipeline.delete_note(visible_note_or_404(public_id), actor(), request_refs())
+        return Response(status=204)
+
+
+@blp.route("/leads/<lead_id:public_id>/activities")
 class LeadActivities(MethodView):
     @requires("activities:write")
     @blp.arguments(ActivityCreateSchema())
@@ -73,7 +110,7 @@ class LeadActivities(MethodView):
                               "lead": lead_document(lead, refs)}, 201)
 
 
-@blp.route("/<lead_id:public_id>/transitions")
+@blp.route("/leads/<lead_id:public_id>/transitions")
 class LeadTransitions(MethodView):
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
@@ -86,7 +123,7 @@ class LeadTransitions(MethodView):
         return json_response(history_page("transitions", Transition, lead, params, transition_document))
 
 
-@blp.route("/<lead_id:public_id>/audit")
+@blp.route("/leads/<lead_id:public_id>/audit")
 class LeadAudit(MethodView):
     @requires("audit:read")
     @blp.arguments(HistoryQuery(), location="query")

@@ -207,12 +207,53 @@ def test_erasure_deletes_the_recorded_responses_that_held_the_lead(client, ws):
     assert other.json["data"]["id"] not in (lead_id, retry.json["data"]["id"])
 
 
+@pytest.mark.parametrize("route, body", [
+    ("notes", {"body": "Call after 6pm, ask for Asha"}),
+    ("activities", {"kind": "meeting", "summary": "Met Asha at the site"}),
+    ("status", {"status": "Contacted"}),
+    ("notes", {"body": ""}),   # a 422 is recorded too, and belongs to the lead as much
+])
+def test_erasure_deletes_every_recorded_response_of_a_request_that_named_the_lead(client, ws, route, body):
+    lead = new_lead(client, ws)
+    body = {**body, "status": ws.ids.statuses[body["status"]]} if "status" in body else body
+    path, key = f"/api/v1/leads/{lead['id']}/{route}", f"lead-{new_phone()}"
+    first = post(client, ws, path, body, **{"Idempotency-Key": key})
+    assert first.status_code in (200, 201, 422), first.json
+    assert IdempotencyKey.get(IdempotencyKey.key == key).lead_public_id == lead["id"]
+
+    assert erase(client, ws, lead["id"]).status_code == 200
+    retry = post(client, ws, path, body, **{"Idempotency-Key": key})
+    assert "Idempotent-Replayed" not in retry.headers, "the recorded response went with the lead's data"
+    assert retry.status_code == (422 if first.status_code == 422 else 409), retry.json
+
+
+def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_audit(client, ws):
+    lead = new_lead(client, ws)
+    notes = f"/api/v1/leads/{lead['id']}/notes"
+    edited, deleted = (post(client, ws, notes, {"body": body}).json["data"]["id"]
+                       for body in ("Asha's sister is Meera", "Asha's PAN is ABCDE1234F"))
+    assert client.patch(f"/api/v1/notes/{edited}", json={"body": "Asha's sister is Meera Rao"},
+                        headers=ws.headers()).status_code == 200
+    assert client.delete(f"/api/v1/notes/{deleted}", headers=ws.headers()).status_code == 204
+    subject = client.get("/api/v1/privacy/subject", query_string={"phone": lead["contact"]["phone"]},
+                         headers=ws.headers()).json["data"]["leads"][0]
+    assert [note["body"] for note in subject["notes"]] == ["Asha's sister is Meera Rao"]
+    assert {entry["action"] for entry in subject["audit"]} >= {"note_edited", "note_deleted"}
+
+    assert erase(client, ws, lead["id"]).status_code == 200
+    audit = client.get(f"/api/v1/leads/{lead['id']}/audit", headers=ws.headers()).json["data"]
+    changes = {entry["action"]: entry["changes"] for entry in audit}
+    assert changes["note_edited"]["body"] == {"old": "[erased]", "new": "[erased]"}
+    assert changes["note_deleted"]["body"] == {"old": "[erased]", "new": None}
+    assert "Meera" not in json.dumps(audit) and "ABCDE" not in json.dumps(audit)
+
+
 def test_erasure_is_one_transaction(client, ws, monkeypatch):
     from leadsvc import privacy
 
     lead = with_history(client, ws)
 
-    def failing(terms):
+    def failing(*args):
         raise RuntimeError("the disk is full")
 
     monkeypatch.setattr(privacy.idempotency, "forget", failing)

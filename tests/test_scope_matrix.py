@@ -30,7 +30,7 @@ def new_lead(tenant: Tenant) -> dict:
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str                                   # "{lead}" stands for the target lead's id
+    path: str                                   # "{lead}": the target lead's id; "{note}": a note of it by its owner
     ability: str | None                         # None: any valid token will do
     body: Callable[[Tenant], dict] | None = None
     success: int = 200
@@ -46,7 +46,11 @@ class Endpoint:
 
     @property
     def addresses_a_lead(self) -> bool:
-        return "{lead}" in self.path
+        return "{lead}" in self.path or self.addresses_a_note
+
+    @property
+    def addresses_a_note(self) -> bool:
+        return "{note}" in self.path
 
     @property
     def addresses_a_webhook(self) -> bool:
@@ -66,6 +70,9 @@ ENDPOINTS = [
              success=201, shows="other"),
     Endpoint("POST", "/api/v1/leads/{lead}/activities", "activities:write",
              lambda t: {"kind": "call", "summary": "Matrix call"}, success=201, shows="other"),
+    Endpoint("GET", "/api/v1/leads/{lead}/notes", "leads:read", shows="other"),
+    Endpoint("PATCH", "/api/v1/notes/{note}", "notes:write", lambda t: {"body": "Matrix edit"}, shows="other"),
+    Endpoint("DELETE", "/api/v1/notes/{note}", "notes:write", success=204, shows="other"),
     Endpoint("GET", "/api/v1/leads/{lead}/transitions", "leads:read", shows="other"),
     Endpoint("GET", "/api/v1/leads/{lead}/audit", "audit:read", shows="other"),
     Endpoint("GET", "/api/v1/leads/export.csv", "leads:read", shows="other"),
@@ -120,6 +127,8 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
         return 404
     if endpoint.addresses_a_webhook and caller == "foreign":
         return 404
+    if endpoint.addresses_a_note and caller == "manager":
+        return 403   # the note is its lead's owner's (the agent's): only the author or an admin changes it
     return endpoint.success
 
 
@@ -171,6 +180,11 @@ def world(request, client, tenants) -> World:
         moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members[owner]}, headers=admin)
         assert moved.status_code == 200
         leads[target] = moved.json["data"]
+        if endpoint is not None and endpoint.addresses_a_note:
+            note = client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "Matrix note"},
+                               headers=ws.headers(owner))
+            assert note.status_code == 201, note.json
+            leads[target]["note"] = note.json["data"]["id"]
     webhook = None
     if endpoint is not None and endpoint.addresses_a_webhook:
         webhook = client.post("/api/v1/webhooks", json={"url": MATRIX_HOOK, "events": ["webhook.test"]},
@@ -182,7 +196,7 @@ def world(request, client, tenants) -> World:
 @pytest.mark.parametrize("endpoint, caller, target", list(cases()))
 def test_scope_matrix(client, world, endpoint, caller, target):
     lead = world.leads.get(target)
-    path = endpoint.path.replace("{lead}", lead["id"]) if lead else endpoint.path
+    path = endpoint.path.replace("{lead}", lead["id"]).replace("{note}", lead.get("note", "")) if lead else endpoint.path
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
     headers = world.headers(caller, endpoint)

@@ -21,6 +21,14 @@ def move(client, ws, lead, status):
 
 # --- notes -----------------------------------------------------------------------------------
 
+# A new note's body and an edited one's follow the same rules.
+INVALID_NOTES = [
+    ({"body": "   "}, "body"),
+    ({"body": "x" * 5001}, "body"),
+    ({}, "body"),
+    ({"body": "ok", "pinned": True}, "pinned"),
+]
+
 def test_note_is_trimmed_and_attributed_to_the_token(client, ws, make_lead):
     lead = make_lead(ws, owner=NORTH_AGENT)
     response = client.post(url(lead, "notes"), json={"body": "  Wants a site visit on Sunday.  "},
@@ -44,12 +52,7 @@ def test_note_shows_in_the_lead_timeline_and_audit(client, ws, make_lead):
     assert audit[-1]["changes"] == {"note": {"old": None, "new": note["id"]}}
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"body": "   "}, "body"),
-    ({"body": "x" * 5001}, "body"),
-    ({}, "body"),
-    ({"body": "ok", "pinned": True}, "pinned"),
-])
+@pytest.mark.parametrize("body, field", INVALID_NOTES)
 def test_invalid_note_is_422_and_writes_nothing(client, ws, make_lead, body, field):
     lead = make_lead(ws)
     before = Note.select().count()
@@ -63,6 +66,109 @@ def test_note_of_5000_characters_is_accepted(client, ws, make_lead):
     lead = make_lead(ws)
     response = client.post(url(lead, "notes"), json={"body": "x" * 5000}, headers=ws.headers())
     assert response.status_code == 201 and len(response.json["data"]["body"]) == 5000
+
+
+def add_note(client, ws, lead, body, email="admin@t.test"):
+    response = client.post(url(lead, "notes"), json={"body": body}, headers=ws.headers(email))
+    assert response.status_code == 201, response.json
+    return response.json["data"]
+
+
+def test_notes_are_listed_newest_first_across_pages(client, ws, make_lead):
+    lead = make_lead(ws)
+    written = [add_note(client, ws, lead, f"note {i}")["id"] for i in range(3)]
+    elsewhere = add_note(client, ws, make_lead(ws), "another lead's note")["id"]
+    ids, path = [], url(lead, "notes") + "?page%5Bsize%5D=2"
+    while path:
+        page = client.get(path, headers=ws.headers())
+        assert page.status_code == 200, page.json
+        ids += [note["id"] for note in page.json["data"]]
+        path = page.json["links"]["next"]
+    expected = [n.public_id for n in Note.select().join(Lead).where(Lead.public_id == lead)
+                .order_by(Note.created_at.desc(), Note.public_id.desc())]
+    assert ids == expected and sorted(ids) == sorted(written) and elsewhere not in ids
+
+
+def test_the_author_edits_a_note_and_the_audit_keeps_the_old_body(client, ws, make_lead):
+    lead = make_lead(ws, owner=NORTH_AGENT)
+    note = add_note(client, ws, lead, "Wants a 2BHK", NORTH_AGENT)
+    response = client.patch(f"/api/v1/notes/{note['id']}", json={"body": "  Wants a 3BHK  "},
+                            headers=ws.headers(NORTH_AGENT))
+    assert response.status_code == 200, response.json
+    assert response.json["data"]["id"] == note["id"] and response.json["data"]["body"] == "Wants a 3BHK"
+    read = client.get(f"/api/v1/leads/{lead}?include=notes,activities", headers=ws.headers()).json["data"]
+    assert [n["body"] for n in read["notes"]] == ["Wants a 3BHK"]
+    assert [a["summary"] for a in read["activities"] if a["kind"] == "note"] == ["Wants a 3BHK"]
+    entry = client.get(url(lead, "audit"), headers=ws.headers()).json["data"][-1]
+    assert entry["action"] == "note_edited"
+    assert entry["changes"]["body"] == {"old": "Wants a 2BHK", "new": "Wants a 3BHK"}
+    assert entry["actor"]["member"]["id"] == ws.ids.members[NORTH_AGENT]
+
+
+def test_an_unchanged_note_body_writes_no_audit_entry(client, ws, make_lead):
+    lead = make_lead(ws)
+    note = add_note(client, ws, lead, "Same words")
+    before = AuditEntry.select().count()
+    response = client.patch(f"/api/v1/notes/{note['id']}", json={"body": "Same words"}, headers=ws.headers())
+    assert response.status_code == 200 and response.json["data"]["body"] == "Same words"
+    assert AuditEntry.select().count() == before
+
+
+def test_deleting_a_note_removes_it_and_its_timeline_entry_and_audits_the_old_body(client, ws, make_lead):
+    lead = make_lead(ws)
+    note = add_note(client, ws, lead, "Called the wrong number")
+    response = client.delete(f"/api/v1/notes/{note['id']}", headers=ws.headers())
+    assert response.status_code == 204 and response.get_data() == b""
+    read = client.get(f"/api/v1/leads/{lead}?include=notes,activities", headers=ws.headers()).json["data"]
+    assert read["notes"] == [] and "note" not in {a["kind"] for a in read["activities"]}
+    assert client.get(url(lead, "notes"), headers=ws.headers()).json["data"] == []
+    entry = client.get(url(lead, "audit"), headers=ws.headers()).json["data"][-1]
+    assert entry["action"] == "note_deleted"
+    assert entry["changes"] == {"note": {"old": note["id"], "new": None},
+                                "body": {"old": "Called the wrong number", "new": None}}
+    again = client.delete(f"/api/v1/notes/{note['id']}", headers=ws.headers())
+    assert again.status_code == 404 and again.json["code"] == "not_found"
+
+
+@pytest.mark.parametrize("method", ["patch", "delete"])
+@pytest.mark.parametrize("caller, status", [("admin@t.test", None), ("nmgr@t.test", 403), ("n2@t.test", 403)])
+def test_a_note_by_someone_else_is_403_unless_the_caller_is_an_admin(client, ws, make_lead, method, caller, status):
+    lead = make_lead(ws, owner=NORTH_AGENT)
+    note = add_note(client, ws, lead, "Mine", NORTH_AGENT)
+    if caller == "n2@t.test":   # another agent, given the lead so that it is in scope
+        client.patch(f"/api/v1/leads/{lead}", json={"owner": ws.ids.members[caller]}, headers=ws.headers())
+    response = getattr(client, method)(f"/api/v1/notes/{note['id']}", json={"body": "Theirs"},
+                                       headers=ws.headers(caller))
+    expected = status or (200 if method == "patch" else 204)
+    assert response.status_code == expected, response.get_data(as_text=True)
+    kept = Note.get_or_none(Note.public_id == note["id"])
+    if status == 403:
+        assert response.json["code"] == "forbidden" and kept.body == "Mine"
+
+
+@pytest.mark.parametrize("body, field", INVALID_NOTES)
+def test_an_edited_note_is_held_to_the_rules_of_a_new_one(client, ws, make_lead, body, field):
+    lead = make_lead(ws)
+    note = add_note(client, ws, lead, "Original")
+    response = client.patch(f"/api/v1/notes/{note['id']}", json=body, headers=ws.headers())
+    assert response.status_code == 422 and field in response.json["errors"]
+    assert Note.get(Note.public_id == note["id"]).body == "Original"
+
+
+@pytest.mark.parametrize("method", ["patch", "delete"])
+@pytest.mark.parametrize("note_id", ["note_" + "A" * 22, "note_x", "ld_" + "A" * 22])
+def test_an_unknown_note_is_404(client, ws, method, note_id):
+    response = getattr(client, method)(f"/api/v1/notes/{note_id}", json={"body": "x"}, headers=ws.headers())
+    assert response.status_code == 404 and response.json["code"] == "not_found"
+
+
+def test_a_note_of_an_erased_lead_cannot_change(client, ws, make_lead):
+    lead = make_lead(ws)
+    note = add_note(client, ws, lead, "Prefers calls")
+    assert client.post(f"/api/v1/leads/{lead}/erase", json={"reason": "Asked"}, headers=ws.headers()).status_code == 200
+    for method in ("patch", "delete"):
+        response = getattr(client, method)(f"/api/v1/notes/{note['id']}", json={"body": "x"}, headers=ws.headers())
+        assert response.status_code == 409 and response.json["code"] == "conflict"
 
 
 # --- activities ------------------------------------------------------------------------------
@@ -183,7 +289,7 @@ def test_audit_pages_walk_every_entry_once(client, ws, make_lead):
     assert ids == expected and len(ids) == 5
 
 
-@pytest.mark.parametrize("tail", ["transitions", "audit"])
+@pytest.mark.parametrize("tail", ["transitions", "audit", "notes"])
 @pytest.mark.parametrize("query, field", [
     ("page%5Bsize%5D=0", "page[size]"),
     ("page%5Bsize%5D=201", "page[size]"),
@@ -197,11 +303,13 @@ def test_bad_history_query_is_422(client, ws, make_lead, tail, query, field):
     assert field in response.json["errors"]
 
 
-@pytest.mark.parametrize("tail", ["transitions", "audit"])
+@pytest.mark.parametrize("tail", ["transitions", "audit", "notes"])
 def test_a_cursor_from_another_lead_is_422(client, ws, make_lead, tail):
     first, second = make_lead(ws), make_lead(ws)
     for lead in (first, second):
         move(client, ws, lead, "Contacted")
+        add_note(client, ws, lead, "one")
+        add_note(client, ws, lead, "two")
     next_link = client.get(url(first, tail) + "?page%5Bsize%5D=1", headers=ws.headers()).json["links"]["next"]
     cursor = next_link.split("page%5Bafter%5D=")[1]
     response = client.get(url(second, tail) + f"?page%5Bsize%5D=1&page%5Bafter%5D={cursor}", headers=ws.headers())
@@ -212,6 +320,7 @@ def test_a_cursor_from_another_lead_is_422(client, ws, make_lead, tail):
 
 ENDPOINTS = {
     "note": ("post", "notes", {"body": "hello"}, "notes:write", 201),
+    "notes": ("get", "notes", None, "leads:read", 200),
     "activity": ("post", "activities", {"kind": "call", "summary": "hello"}, "activities:write", 201),
     "transitions": ("get", "transitions", None, "leads:read", 200),
     "audit": ("get", "audit", None, "audit:read", 200),
