@@ -12,9 +12,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[postgres,redis,dev]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# Webhook secrets derive from webhooks.secret_key: `make run` signs with a key made once in
+# var/secret.key, so that a restart keeps every receiver's secret. A key set in the environment wins.
+SECRET_KEY_FILE := var/secret.key
+
+run: $(STAMP) $(SECRET_KEY_FILE)
 	$(BIN)/leadsvc demo
-	$(BIN)/leadsvc serve
+	$(if $(LEADSVC_WEBHOOKS_SECRET_KEY)$(LEADSVC_WEBHOOKS_SECRET_KEY_FILE),,LEADSVC_WEBHOOKS_SECRET_KEY_FILE=$(SECRET_KEY_FILE)) $(BIN)/leadsvc serve
+
+$(SECRET_KEY_FILE):
+	@mkdir -p $(dir $@)
+	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))' > $@.new && mv $@.new $@
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -92,10 +92,15 @@ def revoke_token(public_id: str) -> Token:
     token = Token.get_or_none(Token.public_id == public_id)
     if token is None:
         raise LookupError(f"No token {public_id}.")
-    if token.revoked_at is None:
-        token.revoked_at = utcnow()
-        token.save(only=[Token.revoked_at])
+    revoke_tokens(Token.id == token.id)
     return token
+
+
+def revoke_tokens(which: pw.Expression) -> int:
+    """Revoke the tokens `which` selects that still work; returns how many that was.
+
+    One revocation time per token: revoking again keeps the first."""
+    return Token.update(revoked_at=utcnow()).where(which & Token.revoked_at.is_null()).execute()
 
 
 def bearer_secret(header: str) -> str | None:

@@ -1,5 +1,5 @@
-"""The `leadsvc` command: serve, worker, migrate, setup, demo, tokens, webhooks, import, erase, subject, openapi,
-check."""
+"""The `leadsvc` command: serve, worker, migrate, setup, demo, workspaces, members, tokens, webhooks, import, erase,
+subject, openapi, check."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ from .db import UNAVAILABLE_ERRORS, close as db_close, migrate as run_migrations
 from .schemas import ON_DUPLICATE
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
+WORKSPACE_HELP = "The workspace: its public id (ws_...) or its name."
+# Tokens `leadsvc demo` issues carry this name; each run revokes the ones an earlier run issued.
+DEMO_TOKEN_NAME = "demo"
+DEMO_TOKEN_DAYS = 30
 
 
 def _app(ctx: click.Context) -> Flask:
@@ -71,6 +75,8 @@ def _print_json(data: dict) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# __version__ rather than the installed metadata: leadsvc.pyz carries the package without it.
+@click.version_option(__version__, "--version", prog_name="leadsvc", message="%(prog)s %(version)s")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="Config file (default: $LEADSVC_CONFIG, else ./config.toml if present).")
 @click.pass_context
@@ -194,12 +200,14 @@ def setup(ctx: click.Context, file: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace and tokens as one JSON object.")
 @click.pass_context
 def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
-    """Create the demo workspace if absent and print a fresh token for each demo member."""
+    """Create the demo workspace if absent and print a fresh token for each demo member.
+
+    The tokens an earlier run printed are revoked, so one set of demo tokens is live at a time."""
     import time
     import tomllib
 
-    from .auth import issue_token
-    from .models import Member, Workspace
+    from .auth import issue_token, revoke_tokens
+    from .models import Member, Token, Workspace
     from .provision import apply_setup, parse_setup
     from .synthetic import add_leads
 
@@ -207,15 +215,16 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
     data = parse_setup(tomllib.loads(resources.files("leadsvc").joinpath("demo.toml").read_text()))
     with transaction():
         result = apply_setup(data)
+        workspace = Workspace.get(Workspace.public_id == result.workspace)
+        revoked = revoke_tokens((Token.workspace == workspace.id) & (Token.name == DEMO_TOKEN_NAME))
         tokens = {}
         for email, member_id in result.members.items():
             member = Member.get(Member.public_id == member_id)
-            token, secret = issue_token(member, ["*"], name="demo")
+            token, secret = issue_token(member, ["*"], name=DEMO_TOKEN_NAME, expires_in_days=DEMO_TOKEN_DAYS)
             tokens[email] = {"id": token.public_id, "token": secret, "member": member_id, "role": member.role,
-                             "name": member.name}
+                             "name": member.name, "expires_at": token.expires_at}
     if lead_count:
         started = time.monotonic()
-        workspace = Workspace.get(Workspace.public_id == result.workspace)
         with click.progressbar(length=lead_count, label="Synthetic leads", file=sys.stderr) as bar:
             written = add_leads(workspace, lead_count, seed=seed, progress=bar.update)
         click.echo(f"Added {written:,} synthetic leads in {time.monotonic() - started:.1f} s.", err=True)
@@ -225,8 +234,10 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
         return
     server = app.config["LEADSVC"]["server"]
     base = f"http://{server['host']}:{server['port']}"
-    click.echo(f"Demo workspace {result.workspace} (Demo Realty). A new token for each member; "
-               f"each secret is shown once:")
+    expires = min(t["expires_at"] for t in tokens.values()).strftime("%Y-%m-%d")
+    replaced = f" (the {revoked} an earlier run printed are revoked)" if revoked else ""
+    click.echo(f"Demo workspace {result.workspace} (Demo Realty). A new token for each member{replaced}, "
+               f"valid until {expires}; each secret is shown once:")
     for email, token in tokens.items():
         click.echo(f"  {token['role']:<8} {token['name']:<12} {email:<18} {token['token']}")
     admin = next(t for t in tokens.values() if t["role"] == "admin")
@@ -252,12 +263,9 @@ def tokens_create(ctx: click.Context, member_id: str, abilities: str, name: str,
                   as_json: bool) -> None:
     """Issue a token for a member; the secret is shown once."""
     from .auth import issue_token
-    from .models import Member
 
     _migrated_app(ctx)
-    member = Member.get_or_none(Member.public_id == member_id)
-    if member is None:
-        raise click.ClickException(f"No member {member_id}. `leadsvc setup --json` prints the members' ids.")
+    member = _member(member_id)
     try:
         token, secret = issue_token(member, [a.strip() for a in abilities.split(",") if a.strip()],
                                     name=name, expires_in_days=expires_in)
@@ -301,18 +309,82 @@ def tokens_list(ctx: click.Context, member_id: str | None) -> None:
 
 
 @tokens.command("revoke")
-@click.argument("token_id")
+@click.argument("token_ids", nargs=-1)
+@click.option("--all", "every_token", is_flag=True, help="Revoke every token of --member.")
+@click.option("--member", "member_id", help="With --all: the member's public id (mem_...).")
 @click.pass_context
-def tokens_revoke(ctx: click.Context, token_id: str) -> None:
-    """Revoke a token: it stops working at once."""
-    from .auth import revoke_token
+def tokens_revoke(ctx: click.Context, token_ids: tuple[str, ...], every_token: bool, member_id: str | None) -> None:
+    """Revoke tokens by id, or every token of a member (--all --member MEM_ID): they stop working at once."""
+    from .auth import revoke_tokens
+    from .models import Token
+
+    if every_token != bool(member_id) or every_token == bool(token_ids):
+        raise click.UsageError("Give the ids of the tokens to revoke (tok_...), or --all --member MEM_ID "
+                               "for every token of a member.")
+    _migrated_app(ctx)
+    if every_token:
+        member = _member(member_id)
+        count = revoke_tokens(Token.member == member.id)
+        click.echo(f"Revoked {count} token{'' if count == 1 else 's'} of {member.name} ({member.public_id}).")
+        return
+    with transaction():   # all or none: a mistyped id revokes nothing
+        known = {t.public_id for t in Token.select(Token.public_id).where(Token.public_id.in_(token_ids))}
+        if unknown := [token_id for token_id in token_ids if token_id not in known]:
+            raise click.ClickException(f"No token {', '.join(unknown)}; nothing was revoked. "
+                                       f"`leadsvc tokens list` shows the tokens.")
+        revoke_tokens(Token.public_id.in_(token_ids))
+    for token_id in dict.fromkeys(token_ids):
+        click.echo(f"Token {token_id} is revoked.")
+
+
+def _member(member_id: str):
+    from .models import Member
+
+    member = Member.get_or_none(Member.public_id == member_id)
+    if member is None:
+        raise click.ClickException(f"No member {member_id}. `leadsvc members --workspace WS` lists them.")
+    return member
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print them as one JSON object.")
+@click.pass_context
+def workspaces(ctx: click.Context, as_json: bool) -> None:
+    """List the workspaces: public id and name."""
+    from .models import Workspace
 
     _migrated_app(ctx)
-    try:
-        token = revoke_token(token_id)
-    except LookupError as exc:
-        raise click.ClickException(f"{exc} `leadsvc tokens list` shows the tokens.") from None
-    click.echo(f"Token {token.public_id} is revoked.")
+    rows = [{"id": w.public_id, "name": w.name}
+            for w in Workspace.select(Workspace.public_id, Workspace.name).order_by(Workspace.name)]
+    if as_json:
+        _print_json({"workspaces": rows})
+        return
+    if not rows:
+        click.echo("No workspaces. `leadsvc setup FILE.toml` or `leadsvc demo` creates one.")
+    for row in rows:
+        click.echo(f"{row['id']}  {row['name']}")
+
+
+@cli.command()
+@click.option("--workspace", "workspace_ref", required=True, help=WORKSPACE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print them as one JSON object.")
+@click.pass_context
+def members(ctx: click.Context, workspace_ref: str, as_json: bool) -> None:
+    """List a workspace's members: public id, name, e-mail, role, team, active."""
+    from .models import Member, Team
+
+    _migrated_app(ctx)
+    workspace = _workspace(workspace_ref)
+    query = (Member.select(Member, Team).join(Team, pw.JOIN.LEFT_OUTER)
+             .where(Member.workspace == workspace.id).order_by(Member.email))
+    rows = [{"id": m.public_id, "name": m.name, "email": m.email, "role": m.role,
+             "team": m.team.name if m.team_id else None, "active": m.active} for m in query]
+    if as_json:
+        _print_json({"workspace": workspace.public_id, "members": rows})
+        return
+    for row in rows:
+        click.echo(f"{row['id']}  {row['name']:<16} {row['email']:<24} {row['role']:<8} {row['team'] or '-':<12} "
+                   f"{'active' if row['active'] else 'inactive'}")
 
 
 @cli.group()
@@ -320,12 +392,14 @@ def webhooks() -> None:
     """Register webhooks, read their deliveries, replay one."""
 
 
-def _workspace(workspace_id: str):
+def _workspace(ref: str):
+    """The workspace with this public id, else with this name (names are unique)."""
     from .models import Workspace
 
-    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
+    workspace = (Workspace.get_or_none(Workspace.public_id == ref)
+                 or Workspace.get_or_none(Workspace.name == ref))
     if workspace is None:
-        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+        raise click.ClickException(f"No workspace {ref}. `leadsvc workspaces` lists them.")
     return workspace
 
 
@@ -343,7 +417,7 @@ def _problem_message(exc) -> str:
 
 
 @webhooks.command("create")
-@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--workspace", "workspace_id", required=True, help=WORKSPACE_HELP)
 @click.option("--url", required=True, help="The https:// URL that receives the events.")
 @click.option("--events", "event_types", default="*", show_default=True,
               help="Comma-separated event types (lead.created, ...), or * for all.")
@@ -376,7 +450,7 @@ def webhooks_create(ctx: click.Context, workspace_id: str, url: str, event_types
 
 
 @webhooks.command("list")
-@click.option("--workspace", "workspace_id", help="Only this workspace's webhooks.")
+@click.option("--workspace", "workspace_id", help="Only this workspace's webhooks (its public id or name).")
 @click.option("--json", "as_json", is_flag=True, help="Print them as one JSON object.")
 @click.pass_context
 def webhooks_list(ctx: click.Context, workspace_id: str | None, as_json: bool) -> None:
@@ -477,7 +551,7 @@ def openapi(ctx: click.Context, output: str | None) -> None:
 
 @cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--workspace", "workspace_id", required=True, help=WORKSPACE_HELP)
 @click.option("--on-duplicate", "on_duplicate", type=click.Choice(ON_DUPLICATE), default="ignore", show_default=True,
               help="A row whose phone or e-mail matches a lead: leave the lead, update it with the row's "
                    "cells, or fill only its empty fields.")
@@ -491,12 +565,9 @@ def import_leads(ctx: click.Context, file: str, workspace_id: str, on_duplicate:
     twice (and updated as --on-duplicate says). Exits 1 when some rows failed (the others are imported).
     """
     from .csv_import import ImportFileError, count_rows, import_csv
-    from .models import Workspace
 
     app = _migrated_app(ctx)
-    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
-    if workspace is None:
-        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+    workspace = _workspace(workspace_id)
     try:
         with open(file, newline="", encoding="utf-8-sig") as fh:
             total = count_rows(fh)
@@ -535,13 +606,10 @@ def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str
     """The workspace and the person's phone and e-mail, normalized as the API normalizes them."""
     import marshmallow as ma
 
-    from .models import Workspace
     from .schemas import SubjectQuery
 
     _migrated_app(ctx)
-    workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
-    if workspace is None:
-        raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
+    workspace = _workspace(workspace_id)
     try:
         person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
     except ma.ValidationError as exc:
@@ -557,7 +625,7 @@ def _refs(ctx: click.Context, workspace):
 
 
 @cli.command()
-@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--workspace", "workspace_id", required=True, help=WORKSPACE_HELP)
 @click.option("--phone", help="The person's mobile number, in any spelling the API accepts.")
 @click.option("--email", help="The person's e-mail address (case-insensitive).")
 @click.option("--reason", required=True, help="Why (kept in each erased lead's audit entry).")
@@ -590,7 +658,7 @@ def erase(ctx: click.Context, workspace_id: str, phone: str | None, email: str |
 
 
 @cli.command()
-@click.option("--workspace", "workspace_id", required=True, help="The workspace's public id (ws_...).")
+@click.option("--workspace", "workspace_id", required=True, help=WORKSPACE_HELP)
 @click.option("--phone", help="The person's mobile number, in any spelling the API accepts.")
 @click.option("--email", help="The person's e-mail address (case-insensitive).")
 @click.pass_context
@@ -670,8 +738,8 @@ def webhook_findings(hooks: dict) -> tuple[list[str], list[str]]:
     count = f"{len(registered)} webhook{'s' if len(registered) > 1 else ''} registered"
     if not hooks["secret_key"]:
         return [], [f"{count}, but webhooks.secret_key is empty: their deliveries cannot be signed and fail, and no "
-                    f"secret can be issued or rotated. Set webhooks.secret_key (or LEADSVC_WEBHOOKS_SECRET_KEY) to "
-                    f"the key they were created with: every webhook secret derives from it, so another key makes "
+                    f"secret can be issued or rotated. Set webhooks.secret_key (or LEADSVC_WEBHOOKS_SECRET_KEY), or "
+                    f"webhooks.secret_key_file, to the key they were created with: every webhook secret derives from it, so another key makes "
                     f"receivers refuse the signatures until each webhook's secret is rotated and handed over again."]
     deliverer = ("`leadsvc serve` and `leadsvc worker` deliver" if hooks["deliver_in_serve"]
                  else "only `leadsvc worker` delivers (webhooks.deliver_in_serve = false)")

@@ -60,6 +60,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "webhooks": {
         "secret_key": "",
+        "secret_key_file": "",
         "deliver_in_serve": True,
         "timeout": 10,
         "allow_http": False,
@@ -124,6 +125,7 @@ def load_settings(
             settings[section][key] = _coerce(environ[name], DEFAULTS[section][key], name)
     if overrides:
         _merge(settings, overrides, origin="overrides")
+    _read_secret_key_file(settings["webhooks"])
     _check(settings)
     return settings
 
@@ -156,6 +158,26 @@ def _merge(settings: Settings, data: Mapping[str, Any], origin: str) -> None:
                     f"{origin}: {section}.{key} must be {_type_name(expected)}, not {value!r}."
                 )
             settings[section][key] = value
+
+
+def _read_secret_key_file(hooks: dict[str, Any]) -> None:
+    """Put the key of webhooks.secret_key_file into webhooks.secret_key, read once at start-up."""
+    path = hooks["secret_key_file"]
+    if not path:
+        return
+    if hooks["secret_key"]:
+        # Two keys would leave it to a precedence rule which one signs; a wrong guess breaks every
+        # receiver without a word, so the operator picks one.
+        raise ConfigError("webhooks.secret_key and webhooks.secret_key_file are both set; "
+                          "set only one of them (the key itself, or the file that holds it).")
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"webhooks.secret_key_file {path} cannot be read: "
+                          f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}.") from None
+    if not key:
+        raise ConfigError(f"webhooks.secret_key_file {path} is empty; put 32+ random characters in it.")
+    hooks["secret_key"] = key
 
 
 def _check_variable_names(environ: Mapping[str, str], variables: Mapping[str, Any]) -> None:
@@ -222,7 +244,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError(f"metrics.allow_from: {exc}; use addresses or networks like 10.0.0.0/8, comma-separated.") from None
     hooks = settings["webhooks"]
     if hooks["secret_key"] and len(hooks["secret_key"]) < MIN_SECRET_KEY:
-        raise ConfigError(f"webhooks.secret_key must be at least {MIN_SECRET_KEY} characters (random ones), "
+        origin = f"the key in webhooks.secret_key_file {hooks['secret_key_file']}" if hooks["secret_key_file"] \
+            else "webhooks.secret_key"
+        raise ConfigError(f"{origin} must be at least {MIN_SECRET_KEY} characters (random ones), "
                           "or empty to refuse webhooks.")
     if hooks["timeout"] <= 0:
         raise ConfigError("webhooks.timeout must be positive.")

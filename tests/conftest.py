@@ -26,6 +26,7 @@ from leadsvc.provision import apply_setup, parse_setup
 POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 unreachable_postgres: list[str] = []   # why PostgreSQL could not be used, for the run's summary
+backend_of: dict[str, str] = {}         # test node id -> the database it runs on, for the run's summary
 
 
 def _postgres_admin_connection():
@@ -49,7 +50,16 @@ def postgres_server() -> str:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Skips are easy to miss in a long run: say once that half of the suite did not run, and why."""
+    """Skips are easy to miss in a long run: say once whether the PostgreSQL half ran, with its counts."""
+    counts = {name: {outcome: sum(1 for report in terminalreporter.stats.get(outcome, [])
+                                  if backend_of.get(getattr(report, "nodeid", "")) == name)
+                     for outcome in ("passed", "failed", "error", "skipped")}
+              for name in ("sqlite", "postgresql")}
+    if counts["postgresql"]["passed"] or counts["postgresql"]["failed"] or counts["postgresql"]["error"]:
+        terminalreporter.write_sep("=", "PostgreSQL")
+        terminalreporter.write_line(
+            "The PostgreSQL half of the suite ran: " + _counted(counts["postgresql"])
+            + "; the SQLite half: " + _counted(counts["sqlite"]) + ".")
     if unreachable_postgres:
         terminalreporter.write_sep("=", "PostgreSQL", yellow=True)
         terminalreporter.write_line(
@@ -58,6 +68,11 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             "Start PostgreSQL there, or point the tests at a server with "
             "LEADSVC_TEST_POSTGRES_URL=postgresql://USER@HOST:PORT/postgres (a user that may create databases).")
+
+
+def _counted(outcomes: dict[str, int]) -> str:
+    shown = {outcome: n for outcome, n in outcomes.items() if n or outcome in ("passed", "failed")}
+    return ", ".join(f"{n} {outcome}" for outcome, n in shown.items())
 
 
 def create_postgres_database(base_url: str) -> str:
@@ -92,6 +107,9 @@ def pytest_collection_modifyitems(config, items):
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         items[:] = [item for item in items if item not in elsewhere]
+    for item in items:
+        if getattr(item, "callspec", None) and "backend" in item.callspec.params:
+            backend_of[item.nodeid] = item.callspec.params["backend"]
 
 
 REDIS_URL = os.environ.get("LEADSVC_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

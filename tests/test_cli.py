@@ -1,6 +1,7 @@
 """The `leadsvc` command: demo, setup, tokens, openapi, check and migrate, with the JSON shapes the contract gives."""
 
 import json
+import os
 import re
 import shlex
 import socket
@@ -8,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from leadsvc.models import Token, Workspace, utcnow
+from leadsvc.models import Token, Webhook, Workspace, utcnow
 
 TOKEN = re.compile(r"^lsk_[0-9A-Za-z]{32,}$")
 DEMO_EMAILS = {"admin@demo.test", "asha@demo.test", "vikram@demo.test", "ravi@demo.test", "meera@demo.test",
@@ -56,6 +57,31 @@ def test_demo_twice_keeps_the_workspace_and_gives_new_working_tokens(run_cli, cl
         assert second["tokens"][email]["member"] == first["tokens"][email]["member"]
         assert second["tokens"][email]["token"] != first["tokens"][email]["token"]
         assert client.get("/api/v1/members", headers=bearer(second["tokens"][email]["token"])).status_code == 200
+
+
+def test_demo_twice_leaves_one_live_set_of_demo_tokens(run_cli, client):
+    first = json.loads(ok(run_cli("demo", "--json")).stdout)
+    second = json.loads(ok(run_cli("demo", "--json")).stdout)
+    for email in DEMO_EMAILS:
+        old = client.get("/api/v1/statuses", headers=bearer(first["tokens"][email]["token"]))
+        assert old.status_code == 401 and "revoked" in old.json["detail"]
+        assert client.get("/api/v1/statuses", headers=bearer(second["tokens"][email]["token"])).status_code == 200
+    workspace = Workspace.get(Workspace.public_id == second["workspace"])
+    live = Token.select().where((Token.workspace == workspace.id) & Token.revoked_at.is_null())
+    assert sorted(t.public_id for t in live) == sorted(t["id"] for t in second["tokens"].values())
+
+
+def test_demo_tokens_expire_within_30_days(run_cli):
+    body = json.loads(ok(run_cli("demo", "--json")).stdout)
+    for token in Token.select().where(Token.public_id.in_([t["id"] for t in body["tokens"].values()])):
+        assert token.expires_at is not None and token.expires_at <= utcnow() + timedelta(days=30)
+
+
+def test_demo_says_it_revoked_the_earlier_tokens_and_until_when_the_new_ones_work(run_cli):
+    ok(run_cli("demo"))
+    output = ok(run_cli("demo")).stdout
+    assert "(the 7 an earlier run printed are revoked)" in output
+    assert f"valid until {(utcnow() + timedelta(days=30)).strftime('%Y-%m-%d')}" in output
 
 
 def test_demo_prints_a_curl_line_that_works(run_cli, client):
@@ -237,6 +263,89 @@ def test_tokens_revoke_of_an_unknown_token_says_so(run_cli, app):
     failed(run_cli("tokens", "revoke", "tok_doesNotExist000000"), "No token tok_doesNotExist000000", "tokens list")
 
 
+def created_token(run_cli, member: str) -> dict:
+    return json.loads(ok(run_cli("tokens", "create", "--member", member, "--abilities", "*", "--json")).stdout)
+
+
+def test_tokens_revoke_takes_several_ids(run_cli, client, ws):
+    tokens = [created_token(run_cli, ws.ids.members["admin@t.test"]) for _ in range(3)]
+    output = ok(run_cli("tokens", "revoke", tokens[0]["id"], tokens[1]["id"])).stdout
+    assert f"Token {tokens[0]['id']} is revoked." in output and f"Token {tokens[1]['id']} is revoked." in output
+    assert [client.get("/api/v1/statuses", headers=bearer(t["token"])).status_code for t in tokens] == [401, 401, 200]
+
+
+def test_tokens_revoke_with_an_unknown_id_revokes_none_of_them(run_cli, client, ws):
+    token = created_token(run_cli, ws.ids.members["admin@t.test"])
+    failed(run_cli("tokens", "revoke", token["id"], "tok_doesNotExist000000"),
+           "No token tok_doesNotExist000000; nothing was revoked")
+    assert client.get("/api/v1/statuses", headers=bearer(token["token"])).status_code == 200
+
+
+def test_tokens_revoke_all_of_a_member_leaves_other_members_tokens(run_cli, client, ws):
+    admin, manager = ws.ids.members["admin@t.test"], ws.ids.members["nmgr@t.test"]
+    theirs = [created_token(run_cli, admin) for _ in range(2)]
+    other = created_token(run_cli, manager)
+    assert "Revoked 2 tokens of Ada Admin" in ok(run_cli("tokens", "revoke", "--all", "--member", admin)).stdout
+    assert [client.get("/api/v1/statuses", headers=bearer(t["token"])).status_code for t in theirs] == [401, 401]
+    assert client.get("/api/v1/statuses", headers=bearer(other["token"])).status_code == 200
+
+
+@pytest.mark.parametrize("args", [(), ("--all",), ("--member", "mem_x"), ("tok_x", "--all", "--member", "mem_x")])
+def test_tokens_revoke_needs_ids_or_all_with_a_member(run_cli, app, args):
+    result = run_cli("tokens", "revoke", *args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "Give the ids of the tokens to revoke (tok_...), or --all --member MEM_ID" in result.stderr
+
+
+def test_tokens_revoke_all_of_an_unknown_member_says_how_to_find_members(run_cli, app):
+    failed(run_cli("tokens", "revoke", "--all", "--member", "mem_doesNotExist000000"),
+           "No member mem_doesNotExist000000", "leadsvc members --workspace")
+
+
+# --- version, workspaces, members --------------------------------------------------------------
+
+def test_version_prints_the_version_of_the_package(run_cli):
+    from importlib.metadata import version
+
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert ok(run_cli("--version")).stdout == f"leadsvc {project['version']}\n"
+    assert version("leadsvc") == project["version"]
+
+
+def test_workspaces_lists_every_workspace_by_id_and_name(run_cli, ws, other_ws):
+    listed = json.loads(ok(run_cli("workspaces", "--json")).stdout)["workspaces"]
+    name = Workspace.get(Workspace.public_id == ws.public_id).name
+    assert {"id": ws.public_id, "name": name} in listed and other_ws.public_id in {w["id"] for w in listed}
+    assert f"{ws.public_id}  {name}" in ok(run_cli("workspaces")).stdout.splitlines()
+
+
+def test_members_lists_a_workspaces_members_with_role_team_and_state(run_cli, ws, other_ws):
+    body = json.loads(ok(run_cli("members", "--workspace", ws.public_id, "--json")).stdout)
+    assert body["workspace"] == ws.public_id
+    by_email = {m["email"]: m for m in body["members"]}
+    assert set(by_email) == set(ws.ids.members)
+    assert by_email["nmgr@t.test"] == {"id": ws.ids.members["nmgr@t.test"], "name": "Nina North",
+                                       "email": "nmgr@t.test", "role": "manager", "team": "North", "active": True}
+    assert by_email["admin@t.test"]["team"] is None
+    text = ok(run_cli("members", "--workspace", ws.public_id)).stdout
+    assert ws.ids.members["s1@t.test"] in text and other_ws.ids.members["s1@t.test"] not in text
+
+
+def test_a_workspace_option_takes_the_workspaces_name_too(run_cli, ws):
+    name = Workspace.get(Workspace.public_id == ws.public_id).name
+    body = json.loads(ok(run_cli("members", "--workspace", name, "--json")).stdout)
+    assert body["workspace"] == ws.public_id
+    assert json.loads(ok(run_cli("subject", "--workspace", name, "--phone", "98765 43210")).stdout) == {"leads": []}
+
+
+def test_an_unknown_workspace_says_how_to_list_them(run_cli, app):
+    failed(run_cli("members", "--workspace", "No Such Realty"), "No workspace No Such Realty",
+           "`leadsvc workspaces` lists them")
+
+
 # --- openapi, check, migrate -----------------------------------------------------------------
 
 def test_openapi_prints_the_document(run_cli):
@@ -299,6 +408,26 @@ def test_check_fails_when_webhooks_are_registered_and_the_secret_key_is_missing(
     failed(run_cli("check", env={"LEADSVC_WEBHOOKS_SECRET_KEY": ""}),
            "webhooks.secret_key is empty", "cannot be signed", "LEADSVC_WEBHOOKS_SECRET_KEY",
            "the key they were created with")
+
+
+def test_webhook_secrets_outlive_a_restart_with_secret_key_file(run_cli, ws, tmp_path):
+    from leadsvc.config import load_settings
+    from leadsvc.events import signing_secrets
+
+    key_file = tmp_path / "secret.key"
+    key_file.write_text("r" * 43 + "\n")
+    env = {"LEADSVC_WEBHOOKS_SECRET_KEY": None, "LEADSVC_WEBHOOKS_SECRET_KEY_FILE": str(key_file)}
+    created = json.loads(ok(run_cli("webhooks", "create", "--workspace", ws.public_id, "--url",
+                                    "http://127.0.0.1:9/hook", "--json", env=env)).stdout)
+    restarted = load_settings(os.devnull, environ={"LEADSVC_WEBHOOKS_SECRET_KEY_FILE": str(key_file)})
+    hook = Webhook.get(Webhook.public_id == created["id"])
+    assert signing_secrets(hook, restarted["webhooks"]["secret_key"], utcnow()) == [created["secret"]]
+
+
+def test_an_unreadable_secret_key_file_stops_the_command_naming_it(run_cli, tmp_path):
+    missing = tmp_path / "nowhere.key"
+    failed(run_cli("check", env={"LEADSVC_WEBHOOKS_SECRET_KEY": None, "LEADSVC_WEBHOOKS_SECRET_KEY_FILE": str(missing)}),
+           f"webhooks.secret_key_file {missing} cannot be read")
 
 
 def test_check_fails_on_a_secret_key_shorter_than_32_characters(run_cli, ws):

@@ -111,8 +111,11 @@ def changed(key, value):
 
 
 @pytest.mark.parametrize("section, key", [(s, k) for s, keys in DEFAULTS.items() for k in keys])
-def test_every_setting_has_an_environment_override_of_its_type(section, key):
+def test_every_setting_has_an_environment_override_of_its_type(section, key, tmp_path):
     raw, expected = changed(key, DEFAULTS[section][key])
+    if key == "secret_key_file":   # a path is only valid when the file is there
+        (tmp_path / "secret.key").write_text("k" * 32)
+        raw = expected = str(tmp_path / "secret.key")
     name = f"LEADSVC_{section.upper()}_{key.upper()}"
     settings = load_settings(os.devnull, environ={name: raw})
     assert settings[section][key] == expected and type(settings[section][key]) is type(expected)
@@ -146,6 +149,33 @@ def test_a_bad_environment_value_raises_config_error_naming_it(name, raw, messag
     with pytest.raises(ConfigError) as error:
         load_settings(os.devnull, environ={name: raw})
     assert message in str(error.value)
+
+
+def test_secret_key_file_gives_webhooks_the_key_it_holds(tmp_path):
+    (tmp_path / "secret.key").write_text("k" * 40 + "\n")
+    (tmp_path / "c.toml").write_text(f'[webhooks]\nsecret_key_file = "{tmp_path / "secret.key"}"\n')
+    assert load_settings(tmp_path / "c.toml", environ={})["webhooks"]["secret_key"] == "k" * 40
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "webhooks.secret_key_file {path} cannot be read: No such file or directory"),
+    ("  \n", "webhooks.secret_key_file {path} is empty"),
+    ("short", "the key in webhooks.secret_key_file {path} must be at least 32 characters"),
+])
+def test_an_unusable_secret_key_file_stops_start_up_naming_it(tmp_path, content, message):
+    path = tmp_path / "secret.key"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as error:
+        load_settings(os.devnull, environ={"LEADSVC_WEBHOOKS_SECRET_KEY_FILE": str(path)})
+    assert message.format(path=path) in str(error.value)
+
+
+def test_secret_key_and_secret_key_file_together_stop_start_up(tmp_path):
+    (tmp_path / "secret.key").write_text("f" * 32)
+    with pytest.raises(ConfigError, match="webhooks.secret_key and webhooks.secret_key_file are both set"):
+        load_settings(os.devnull, environ={"LEADSVC_WEBHOOKS_SECRET_KEY": "e" * 32,
+                                           "LEADSVC_WEBHOOKS_SECRET_KEY_FILE": str(tmp_path / "secret.key")})
 
 
 def test_a_port_is_from_1_to_65535_in_the_file_too(tmp_path):

@@ -4,6 +4,7 @@ and a run without a reachable server says so in its summary, with how to point i
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,15 @@ def test_on_ci_a_run_without_postgresql_fails():
                          cwd=ROOT, env={**environment(LEADSVC_TEST_POSTGRES_URL=UNREACHABLE), "CI": "true"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "CI=true requires it" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_run_with_postgresql_says_that_half_ran_with_its_counts(postgres_server):
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          "tests/test_reference.py::test_reference_data_needs_a_token"],
+                         cwd=ROOT, env=environment(LEADSVC_TEST_POSTGRES_URL=postgres_server),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ran = re.search(r"The PostgreSQL half of the suite ran: (\d+) passed, 0 failed; the SQLite half: (\d+) passed, "
+                    r"0 failed\.", run.stdout)
+    assert ran and int(ran[1]) == int(ran[2]) > 0, run.stdout   # the test's every case, once on each database
