@@ -8,8 +8,8 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, health, idempotency, leads, limits, metrics, observability, privacy, problems,
-               reference, reports, timeline, webhooks)
+from . import (db, docs, export, forms, headers, health, idempotency, leads, limits, metrics, observability, privacy,
+               problems, reference, reports, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
 from .problems import ProblemApi
@@ -57,6 +57,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
                                      PackageLoader("flask_smorest", "spec/templates")])
     db.init_app(app)
     observability.init_app(app)
+    headers.init_app(app)
     metrics.init_app(app)
     api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin(), SchemaKeywordsPlugin(),
                                                          leads.ConditionalRequestsPlugin()]})

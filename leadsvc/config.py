@@ -21,7 +21,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "host": "127.0.0.1",
         "port": 8080,
         "threads": 8,
-        "connection_limit": 200,
+        "connection_limit": 4000,
         "channel_timeout": 60,
         "trusted_proxy": "",
         "trusted_proxy_count": 1,

@@ -28,6 +28,7 @@ from . import pipeline
 from .config import settings
 from .documents import Refs, cached_refs, json_response
 from .extensions import Blueprint, check_storable
+from .headers import allow_framing_by
 from .limits import client_ip
 from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
@@ -90,6 +91,8 @@ def find_form(form_id: str) -> Form:
         form = Form.select(Form, Workspace).join(Workspace).where(Form.public_id == form_id).first()
     if form is None:
         raise NotFound("There is no form with this id.")
+    # The sites that embed the form may frame its pages: the form, its errors, its thank-you page.
+    allow_framing_by(filter(None, map(origin_of, form.allowed_origins or [])))
     return form
 
 

@@ -19,6 +19,8 @@ from werkzeug.exceptions import RequestHeaderFieldsTooLarge
 
 from .auth import current_caller
 from .config import settings
+from .observability import HTTP_METHODS
+from .problems import MethodNotImplemented
 
 log = logging.getLogger("leadsvc")
 
@@ -67,6 +69,13 @@ def init_app(app: Flask, exempt: Iterable[Blueprint] = ()) -> Limiter:
     """Bind a limiter to the app; the exempt blueprints (probes, docs) are never counted or slowed."""
     cfg = app.config["LEADSVC"]["rate_limits"]
     exempt_names = {blueprint.name for blueprint in exempt}
+
+    @app.before_request
+    def refuse_unknown_method() -> None:
+        # RFC 9110: a method the server does not recognise is 501, one a route does not take 405
+        # (routing says that); before anything else, so a made-up method costs nothing.
+        if request.method not in HTTP_METHODS:
+            raise MethodNotImplemented()
 
     @app.before_request
     def check_header_size() -> None:

@@ -19,7 +19,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from .config import networks
 from .db import UNAVAILABLE_ERRORS
 from .models import Delivery, utcnow
-from .observability import request_route
+from .observability import request_method, request_route
 from .problems import NotFound, problem_response
 
 blp = Blueprint("metrics", __name__)
@@ -140,7 +140,7 @@ def init_app(app: Flask) -> None:
     def count_request(response: Response) -> Response:
         started = g.get("request_started")
         if started is not None:
-            metrics.observe(request.method, request_route(), response.status_code,
+            metrics.observe(request_method(), request_route(), response.status_code,
                             time.perf_counter() - started)
         return response
 

@@ -22,6 +22,15 @@ from flask import Flask, Response, g, has_request_context, request
 REQUEST_ID_HEADER = "X-Request-ID"
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 
+# The methods HTTP defines (RFC 9110, and PATCH from RFC 5789). waitress passes any token as a
+# method, so anything else is refused with a 501 and counted and logged under one name: what a
+# client makes up must never become a new metric series or a line of its own size.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
+OTHER_METHOD = "OTHER"
+# How much of a request's path the access log writes: every route of the service is far shorter,
+# and a request line may take hundreds of kilobytes.
+LOGGED_PATH_CHARS = 512
+
 log = logging.getLogger("leadsvc")
 access_log = logging.getLogger("leadsvc.access")
 
@@ -65,6 +74,17 @@ def new_request_id() -> str:
     return secrets.token_hex(16)
 
 
+def request_method() -> str:
+    """The request's method if HTTP defines it, else OTHER."""
+    return request.method if request.method in HTTP_METHODS else OTHER_METHOD
+
+
+def logged_path() -> str:
+    """The request's path, cut to LOGGED_PATH_CHARS with an ellipsis when longer."""
+    path = request.path
+    return path if len(path) <= LOGGED_PATH_CHARS else path[:LOGGED_PATH_CHARS] + "\u2026"
+
+
 def request_route() -> str:
     """The route template of the current request (`/api/v1/leads/<public_id>`), never its values."""
     rule = request.url_rule
@@ -76,9 +96,10 @@ def _log_access(response: Response) -> Response:
         return response
     started = g.get("request_started")
     caller = g.get("caller")   # only if the request authenticated: never look a token up here
+    method, path = request_method(), logged_path()
     access_log.info(
-        "%s %s %s", request.method, request.path, response.status_code,
-        extra={"request_id": g.get("request_id"), "method": request.method, "path": request.path,
+        "%s %s %s", method, path, response.status_code,
+        extra={"request_id": g.get("request_id"), "method": method, "path": path,
                "route": request_route(), "status": response.status_code,
                "duration_ms": round((time.perf_counter() - started) * 1000, 2) if started else None,
                "remote_addr": request.remote_addr,

@@ -62,6 +62,10 @@ CODES: dict[str, tuple[int, str, str]] = {
     "internal_error": (500, "Internal error",
                        "Something failed inside the service. Nothing was half-written; quote the "
                        "`request_id` when you report it."),
+    "not_implemented": (501, "Method not implemented",
+                        "The request uses a method that HTTP does not define, so no route of the service "
+                        "takes it. A method HTTP defines that a route does not take is "
+                        "`method_not_allowed` (405)."),
     "service_unavailable": (503, "Service unavailable",
                             "The database is unreachable, busy past its timeout or out of "
                             "connections. Retry after `Retry-After` seconds with backoff."),
@@ -78,6 +82,7 @@ DEFAULT_DETAILS = {
     "rate_limited": "Too many requests; slow down.",
     "bad_request": "The request could not be understood.",
     "internal_error": "The service failed to handle this request.",
+    "not_implemented": "The service does not know this method.",
     "service_unavailable": "The database is not available right now; retry shortly.",
 }
 
@@ -154,6 +159,10 @@ class TooManyRequests(Problem):
 
     def __init__(self, detail: str, retry_after: int):
         super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
+class MethodNotImplemented(Problem):
+    status, code = 501, "not_implemented"
 
 
 class ServiceUnavailable(Problem):

@@ -12,6 +12,7 @@ loop, and is cut. Requests received but not yet started are not served: their co
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import sys
 from typing import Any, Mapping
@@ -25,6 +26,9 @@ from . import db
 log = logging.getLogger("leadsvc")
 
 PROXY_HEADERS = {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port"}
+# Open files a serving process needs besides its client connections: the listening socket,
+# waitress's wake-up pipe, database connections, logs, temporary files of large bodies and exports.
+SPARE_FILES = 256
 
 
 def waitress_options(app: Flask, server: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,6 +36,9 @@ def waitress_options(app: Flask, server: Mapping[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = {
         "threads": server["threads"], "connection_limit": server["connection_limit"],
         "channel_timeout": server["channel_timeout"], "ident": "leadsvc",
+        # select(), waitress's default, cannot watch a descriptor numbered past 1023: with
+        # thousands of connections allowed, poll() is the one that works.
+        "asyncore_use_poll": True,
         # No high watermark: with one, a worker thread waits while more than that many bytes of
         # its connection's output are unsent (also before serving a pipelined request), and
         # waitress never times out a connection whose request is running, so a client that stops
@@ -70,8 +77,22 @@ class Stop(wasyncore.ExitNow):
     it waits for the worker threads, and not for shutdown_timeout)."""
 
 
+def raise_open_file_limit(connections: int) -> None:
+    """Raise this process's soft limit on open files to fit `connections` and SPARE_FILES, as far
+    as the hard limit allows; say so when it does not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + SPARE_FILES
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < wanted:
+        log.warning("server.connection_limit is %s, but this process may open only %s files: raise its hard "
+                    "limit (ulimit -Hn, or LimitNOFILE in a systemd unit)", connections, hard)
+
+
 def serve(app: Flask, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests being served and close the pool."""
+    raise_open_file_limit(app.config["LEADSVC"]["server"]["connection_limit"])
     server = listen(app, host, port)
     log.info("serving on http://%s:%s", server.effective_host, server.effective_port)
     try:

@@ -115,8 +115,10 @@ def held_in_another_thread(acquire: Callable[[], Any], release: Callable[[], Any
 class InProcessServer:
     """The app served by waitress in a thread of the test process (same database, same models)."""
 
-    def __init__(self, app, threads: int = 4):
-        self.server = waitress.create_server(app, host="127.0.0.1", port=0, threads=threads, ident="leadsvc-test")
+    def __init__(self, app, threads: int = 4, **options: Any):
+        """options: waitress settings besides these (serving.waitress_options gives the service's own)."""
+        self.server = waitress.create_server(app, host="127.0.0.1", port=0,
+                                             **{"threads": threads, "ident": "leadsvc-test", **options})
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)

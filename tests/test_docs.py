@@ -266,3 +266,13 @@ def test_no_component_is_left_unused(spec):
         used |= more
     declared = {(kind, name) for kind, members in components.items() if kind != "securitySchemes" for name in members}
     assert declared == used
+
+
+@pytest.mark.parametrize("path", ["/docs", "/docs/api/problems/", "/docs/api/problems/not_found", "/nope",
+                                  "/api/v1/openapi.json", "/docs/assets/swagger_ui/vendor/swagger-ui.css"])
+def test_docs_and_problem_answers_cannot_be_framed_or_sniffed(client, path):
+    response = client.get(path)
+    assert response.status_code in (200, 404)
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+    assert response.headers["X-Frame-Options"] == "DENY"

@@ -67,6 +67,29 @@ def test_honeypot_is_hidden_from_people(client, tenant, form_id):
     assert re.search(r"\.hp \{[^}]*left: -10000px", html)
 
 
+def test_form_pages_may_be_framed_only_by_the_forms_allowed_origins(client, tenant, form_id):
+    page = client.get(f"/forms/{form_id}")
+    thanks = submit_form(client, form_id, {"first_name": "Ravi", "phone": new_phone()})
+    errors = submit_form(client, form_id, {"first_name": "Ravi", "phone": "12345"})
+    assert (page.status_code, thanks.status_code, errors.status_code) == (200, 200, 422)
+    for response in (page, thanks, errors):
+        assert response.headers["Content-Security-Policy"] == f"frame-ancestors {ALLOWED}"
+        assert "X-Frame-Options" not in response.headers
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_form_without_allowed_origins_cannot_be_framed(client, make_workspace):
+    def without_origins(data):
+        with_form(data)
+        data["forms"][0]["allowed_origins"] = []
+
+    form_id = make_workspace(without_origins).ids.forms["Website enquiry"]
+    response = client.get(f"/forms/{form_id}")
+    assert response.status_code == 200
+    assert response.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+    assert response.headers["X-Frame-Options"] == "DENY"
+
+
 def test_unknown_form_page_is_a_404_page(client, tenant):
     response = client.get("/forms/form_0000000000000000")
     assert response.status_code == 404 and response.mimetype == "text/html"

@@ -219,6 +219,15 @@ def test_a_huge_header_through_waitress_gets_a_sane_answer_and_the_server_lives(
         assert call(server.url, "GET", "/api/v1/statuses", headers=ws.headers()).status == 200
 
 
+def test_a_huge_made_up_method_through_waitress_is_a_501_problem_and_the_server_lives(app, ws):
+    with InProcessServer(app) as server:
+        for path in ("/nope", "/api/v1/leads"):
+            reply = call(server.url, "Q" * 200_000, path, headers=ws.headers())
+            assert reply.status == 501 and reply.headers["content-type"] == "application/problem+json"
+            assert reply.json()["code"] == "not_implemented"
+        assert call(server.url, "GET", "/api/v1/statuses", headers=ws.headers()).status == 200
+
+
 # --- tokens ------------------------------------------------------------------------------------
 
 def test_token_digests_are_compared_in_constant_time(client, ws, monkeypatch):

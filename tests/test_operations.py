@@ -45,6 +45,20 @@ def test_metrics_count_requests_by_route_template_and_status_with_a_latency_hist
     assert "ld_0000" not in text, "route templates, never the values in them"
 
 
+def test_unknown_methods_are_counted_under_one_label_whatever_they_are(make_app, ws):
+    client = make_app().test_client()
+    methods = ["FOO", "BAR", "Z" * 200_000]
+    for index, method in enumerate(methods):
+        client.open(f"/nope-{index}", method=method)
+        client.open("/api/v1/leads", method=method, headers=ws.headers())
+    client.open("/healthz", method="TRACE")
+    _, text = scrape(client)
+    assert 'leadsvc_http_requests_total{method="OTHER",route="(unmatched)",status="501"} 6' in text
+    assert 'leadsvc_http_requests_total{method="TRACE",route="(unmatched)",status="405"} 1' in text
+    assert not any(method in text for method in methods), "a made-up method never becomes a label"
+    assert len(text) < 10_000
+
+
 def test_metrics_answer_only_the_allowed_addresses(make_app):
     client = make_app().test_client()
     response, _ = scrape(client, "203.0.113.9")
@@ -83,6 +97,20 @@ def test_access_log_has_request_id_route_status_and_never_the_token(make_app, ws
     assert record.token_id.startswith("tok_") and record.duration_ms >= 0
     line = caplog.text
     assert secret not in line and "Authorization" not in line and secret not in json.dumps(vars(record), default=str)
+
+
+def test_access_log_bounds_the_method_and_path_it_writes(make_app, caplog):
+    client = make_app().test_client()
+    long_path = "/nope/" + "p" * 200_000
+    with caplog.at_level(logging.INFO, logger="leadsvc.access"):
+        client.open(long_path, method="M" * 200_000)
+        client.get(long_path)
+    made_up, known = [r for r in caplog.records if r.name == "leadsvc.access"]
+    assert (made_up.method, made_up.status, known.method, known.status) == ("OTHER", 501, "GET", 404)
+    for record in (made_up, known):
+        assert record.path.startswith("/nope/ppp") and len(record.path) <= 513
+        assert len(record.getMessage()) < 600
+    assert len(caplog.text) < 2_000
 
 
 def test_json_logs_are_one_object_per_line_with_the_request_id(make_app, ws):

@@ -60,6 +60,22 @@ def test_wrong_method_is_405_with_allow(client, ws, method, path, allowed):
     assert allowed <= {m.strip() for m in response.headers["Allow"].split(",")}
 
 
+MADE_UP_METHODS = ["PROPFIND", "FOO", "X" * 200_000]
+
+
+@pytest.mark.parametrize("method", MADE_UP_METHODS, ids=["webdav", "made-up", "200k"])
+@pytest.mark.parametrize("path", ["/nope", "/healthz", LEADS, LEADS + "/ld_0000000000000000xxxx"])
+def test_a_method_http_does_not_define_is_501_on_every_route(client, ws, method, path):
+    assert_problem(client.open(path, method=method, headers=ws.headers()), 501, "not_implemented")
+
+
+@pytest.mark.parametrize("method, path", [("TRACE", "/healthz"), ("CONNECT", LEADS), ("PUT", "/healthz")])
+def test_a_method_http_defines_that_a_route_does_not_take_is_405(client, ws, method, path):
+    response = client.open(path, method=method, headers=ws.headers())
+    assert_problem(response, 405, "method_not_allowed")
+    assert method not in response.headers["Allow"]
+
+
 # --- bodies ----------------------------------------------------------------------------------
 
 def test_body_over_max_body_bytes_is_413(client, ws):

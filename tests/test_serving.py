@@ -175,3 +175,22 @@ def test_clients_that_never_read_an_export_leave_health_and_lists_answering_with
     print(f"\nnever-reading export clients ({database_url.split(':')[0]}): an export of "
           f"{len(exported.body) / 2**20:.1f} MiB, statuses {statuses}, health and list within {slowest:.2f} s, "
           f"RSS grew {grown / 2**20:.0f} MiB")
+
+
+def test_serve_raises_the_open_file_limit_to_fit_the_connection_limit():
+    script = ("import resource; from leadsvc.serving import SPARE_FILES, raise_open_file_limit; "
+              "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+              "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); raise_open_file_limit(4000); "
+              "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard, 4000 + SPARE_FILES)")
+    soft, hard, wanted = map(int, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                                 check=True).stdout.split())
+    assert soft == (wanted if hard < 0 else min(wanted, hard)) and soft > 256
+
+
+@pytest.mark.slow
+def test_thousands_of_idle_connections_leave_healthz_answering(tmp_path):
+    with ServedProcess({"LEADSVC_DATABASE_URL": f"sqlite:///{tmp_path}/s.db", "LEADSVC_RATE_LIMITS_ENABLED": "false",
+                        "LEADSVC_SERVER_CHANNEL_TIMEOUT": "600"}, tmp_path / "serve.log") as server, ExitStack() as stack:
+        for _ in range(1500):
+            stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        assert served_call(server.url, "GET", "/healthz", timeout=30).status == 200
