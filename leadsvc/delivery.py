@@ -84,6 +84,11 @@ def check_url(url: str, settings: dict[str, Any]) -> SplitResult:
 # IPv6 ranges whose last 32 bits are an IPv4 address that a NAT64 translator (or, for the
 # deprecated IPv4-compatible form, a tunnel) delivers to; 6to4 (2002::/16) is ipaddress's sixtofour.
 CARRYING_IPV4 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
+# IPv6 ranges that ipaddress counts as global but that lead into a local network: local-use NAT64
+# (its translator is the operator's own), SIIT's IPv4-translated addresses, and the deprecated
+# site-local range, which some stacks still route inside the site.
+NEVER_PUBLIC = (ipaddress.IPv6Network("64:ff9b:1::/48"), ipaddress.IPv6Network("::ffff:0:0:0/96"),
+                ipaddress.IPv6Network("fec0::/10"))
 
 
 def is_public(address: str) -> bool:
@@ -92,6 +97,8 @@ def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     checked = [ip]
     if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in NEVER_PUBLIC):
+            return False
         if ip.ipv4_mapped:
             checked = [ip.ipv4_mapped]
         elif ip.sixtofour:
@@ -107,13 +114,12 @@ def resolve(parts: SplitResult, settings: dict[str, Any]) -> list[str]:
     try:
         found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise Refused(f"{parts.hostname} does not resolve ({exc}).") from None
+        # Neither the resolver's words nor any address: how this server resolves names is its own.
+        raise Refused(f"{parts.hostname} does not resolve.") from None
     addresses = list(dict.fromkeys(info[4][0] for info in found))
-    if not settings["allow_private_networks"]:
-        private = [a for a in addresses if not is_public(a)]
-        if private:
-            raise Refused(f"{parts.hostname} resolves to {', '.join(private)}: loopback, private, link-local and "
-                          "multicast destinations are refused (webhooks.allow_private_networks).")
+    if not settings["allow_private_networks"] and not all(is_public(a) for a in addresses):
+        raise Refused(f"{parts.hostname} is not allowed: deliveries go to public addresses only, never loopback, "
+                      "private, link-local or multicast ones (webhooks.allow_private_networks).")
     return addresses
 
 

@@ -5,6 +5,7 @@ replay, and where deliveries may go. Receivers are real HTTP servers on 127.0.0.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from datetime import timedelta
 
@@ -18,6 +19,8 @@ from leadsvc.models import Delivery, Event, Webhook, Workspace, utcnow
 from receiver import RawReceiver, Receiver
 from served import wait_until
 
+# An IPv4 address, or an IPv6 one (two groups and more), anywhere in a text.
+ADDRESS = re.compile(r"\b\d{1,3}(\.\d{1,3}){3}\b|\b[0-9a-f]{0,4}(:[0-9a-f]{0,4}){2,}\b", re.IGNORECASE)
 ALL_ALLOWED = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
 
 
@@ -119,11 +122,26 @@ def test_registration_rejects_bad_input_with_422(client, ws, body, field):
     # delivers to: NAT64 (loopback, the cloud metadata address), 6to4, IPv4-compatible.
     "https://[64:ff9b::7f00:1]/hook", "https://[64:ff9b::a9fe:a9fe]/hook", "https://[64:ff9b::10.0.0.1]/hook",
     "https://[2002:7f00:1::]/hook", "https://[2002:c0a8:1::1]/hook", "https://[::127.0.0.1]/hook",
+    # Ranges ipaddress calls global that lead into a local network: local-use NAT64, SIIT's
+    # IPv4-translated addresses and site-local, each at its start and at an address inside it.
+    "https://[64:ff9b:1::]/hook", "https://[64:ff9b:1:ffff::7f00:1]/hook",
+    "https://[::ffff:0:0:0]/hook", "https://[::ffff:0:5db8:d70e]/hook",
+    "https://[fec0::]/hook", "https://[fec0:1234::1]/hook",
 ])
 def test_only_https_to_public_addresses_unless_configured(make_app, ws, url):
     strict = make_app(webhooks={"secret_key": WEBHOOK_SECRET_KEY, "allow_http": False, "allow_private_networks": False})
     response = strict.test_client().post("/api/v1/webhooks", json={"url": url, "events": ["*"]}, headers=ws.headers())
     assert response.status_code == 422 and "url" in response.json["errors"], response.json
+
+
+@pytest.mark.parametrize("url", ["https://localhost/hook", "https://no-such-host.invalid/hook"])
+def test_a_refused_webhook_url_names_no_address(make_app, ws, url):
+    strict = make_app(webhooks={"secret_key": WEBHOOK_SECRET_KEY, "allow_http": False, "allow_private_networks": False})
+    response = strict.test_client().post("/api/v1/webhooks", json={"url": url, "events": ["*"]}, headers=ws.headers())
+    assert response.status_code == 422
+    [message] = response.json["errors"]["url"]
+    assert ("not allowed" in message or "does not resolve" in message) and not ADDRESS.search(message), message
+    assert not ADDRESS.search(response.json["detail"])
 
 
 def test_the_destination_check_allows_what_is_configured():
@@ -652,7 +670,19 @@ def test_the_destination_is_checked_again_at_each_send(client, ws, receiver, app
                                                       "allow_private_networks": False}}
     Deliverer(settings, version="test", clock=clock).deliver_due()
     row = deliveries_of(hook["id"])[0]
-    assert row.state == "failed" and "127.0.0.1" in row.last_error and receiver.received == []
+    assert row.state == "failed" and "not allowed" in row.last_error and receiver.received == []
+
+
+def test_a_refused_destination_at_send_leaves_no_address_in_last_error(client, ws, receiver, app, clock):
+    port = receiver.url.split(":")[2].split("/")[0]
+    hook = register(client, ws, f"http://localhost:{port}/hook", ["webhook.test"])
+    client.post(f"/api/v1/webhooks/{hook['id']}/test", headers=ws.headers())
+    settings = {**app.config["LEADSVC"], "webhooks": {**app.config["LEADSVC"]["webhooks"],
+                                                      "allow_private_networks": False}}
+    Deliverer(settings, version="test", clock=clock).deliver_due()
+    logged = client.get(f"/api/v1/webhooks/{hook['id']}/deliveries", headers=ws.headers()).json["data"][0]
+    assert logged["state"] == "failed" and "localhost is not allowed" in logged["last_error"]
+    assert not ADDRESS.search(logged["last_error"]), logged["last_error"]
 
 
 def test_the_connection_goes_to_the_checked_address_with_the_host_name(client, ws, receiver, deliverer):
