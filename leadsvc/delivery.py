@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import SplitResult, urlsplit
 
 from . import events
-from .db import UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
+from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
 from .models import Delivery, Event, Webhook, utcnow
 
 log = logging.getLogger("leadsvc.delivery")
@@ -511,7 +511,9 @@ class Deliverer:
         now = self.clock()
         ok = answer.status is not None and 200 <= answer.status < 300
         with transaction():
-            delivery = for_update(Delivery.select().where(
+            # The webhook before its delivery, in the order every webhook write locks them (lock_webhook).
+            hook = for_update(Webhook.select().where(Webhook.id == item.delivery.webhook_id), NO_KEY_UPDATE).first()
+            delivery = None if hook is None else for_update(Delivery.select().where(
                 (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt)
                 & (Delivery.next_attempt_at == item.lease_until))).first()
             if delivery is None:
@@ -519,7 +521,6 @@ class Deliverer:
             delivery.last_status, delivery.last_error = answer.status, answer.error
             delivery.last_response = answer.body
             delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
-            hook = for_update(Webhook.select().where(Webhook.id == delivery.webhook_id)).first()
             if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled
                 delivery.state, delivery.next_attempt_at = "dead", None
             elif ok:

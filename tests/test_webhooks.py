@@ -264,6 +264,31 @@ def test_a_webhook_deleted_while_a_request_runs_is_404_and_nothing_is_written(cl
     assert Event.select().count() == events_before
 
 
+def test_a_webhook_deleted_after_a_create_read_its_reference_data_gets_no_delivery(client, ws, monkeypatch):
+    # The create's reference data still lists the webhook: its delivery would break the foreign
+    # key, which the create took for a duplicate race and answered 500.
+    from leadsvc import pipeline
+    from leadsvc.webhooks import delete_webhook
+
+    gone = register(client, ws, "http://127.0.0.1:9/gone", ["lead.created"])
+    kept = register(client, ws, "http://127.0.0.1:9/kept", ["lead.created"])
+    assert client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).status_code == 201
+    rescore = pipeline.rescore
+
+    def deleted_meanwhile(lead, refs):
+        delete_webhook(Webhook.get(Webhook.public_id == gone["id"]))
+        return rescore(lead, refs)
+    monkeypatch.setattr(pipeline, "rescore", deleted_meanwhile)
+    response = client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+    assert response.status_code == 201, response.json
+    event = Event.select().order_by(Event.id.desc()).first()
+    assert [row.webhook_id for row in Delivery.select().where(Delivery.event == event.id)] == [
+        Webhook.get(Webhook.public_id == kept["id"]).id]
+    monkeypatch.setattr(pipeline, "rescore", rescore)
+    assert client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers()).status_code == 201
+    assert len(deliveries_of(kept["id"])) == 3
+
+
 def test_a_change_committed_while_a_webhook_request_runs_is_kept(client, ws, monkeypatch):
     # A PATCH that saved the row as the view read it would undo a rotation in between (its secret
     # would never sign) and make a webhook the deliverer just disabled active again; a rotation
