@@ -510,6 +510,7 @@ class Deliverer:
         (replayed, given up with its webhook, or deleted with it)."""
         now = self.clock()
         ok = answer.status is not None and 200 <= answer.status < 300
+        disabled = None
         with transaction():
             # The webhook before its delivery, in the order every webhook write locks them (lock_webhook).
             hook = for_update(Webhook.select().where(Webhook.id == item.delivery.webhook_id), NO_KEY_UPDATE).first()
@@ -529,7 +530,7 @@ class Deliverer:
                     Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()
             elif answer.status == 410:
                 delivery.state, delivery.next_attempt_at = "dead", None
-                disable(hook, "The endpoint answered 410 Gone.")
+                disabled = disable(hook, "The endpoint answered 410 Gone.")
             else:
                 delivery.failures += 1
                 delay = next_delay(delivery.failures, answer, self.rng)
@@ -542,9 +543,11 @@ class Deliverer:
                     Webhook.update(failing_since=now).where(Webhook.id == hook.id).execute()
                 if now - failing_since >= DISABLE_AFTER:
                     delivery.state, delivery.next_attempt_at = "dead", None
-                    disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} UTC "
-                                  f"(last: {describe(answer)}).")
+                    disabled = disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} "
+                                             f"UTC (last: {describe(answer)}).")
             delivery.save()
+        if not ok:
+            warn_failed(item, answer, delivery.state, disabled)
         if self.metrics is not None:
             lag = (utcnow() - item.delivery.event.created_at).total_seconds() if ok else None
             self.metrics.delivery(delivery.state, lag)
@@ -555,10 +558,24 @@ def describe(answer: Answer) -> str:
     return f"HTTP {answer.status}" if answer.status is not None else (answer.error or "no answer")
 
 
-def disable(hook: Webhook, reason: str) -> None:
-    """Turn a webhook off with a reason; its scheduled deliveries become dead (in the caller's transaction)."""
-    Webhook.update(active=False, disabled_reason=reason[:500]).where(Webhook.id == hook.id).execute()
+def warn_failed(item: Claimed, answer: Answer, state: str, disabled: str | None) -> None:
+    """A failed attempt in the log, so that an operator sees receivers refusing deliveries (a
+    wrong secret, an endpoint gone): ids, the attempt and what came back, nothing about the lead."""
+    hook, event = item.delivery.webhook.public_id, item.delivery.event.public_id
+    log.warning("webhook %s: event %s, attempt %d failed: %s", hook, event, item.attempt, describe(answer))
+    if disabled is not None:
+        log.warning("webhook %s disabled: %s", hook, disabled)
+    if state == "dead":
+        log.warning("webhook %s: event %s given up after attempt %d", hook, event, item.attempt)
+
+
+def disable(hook: Webhook, reason: str) -> str:
+    """Turn a webhook off with a reason; its scheduled deliveries become dead (in the caller's
+    transaction). The reason as kept."""
+    reason = reason[:500]
+    Webhook.update(active=False, disabled_reason=reason).where(Webhook.id == hook.id).execute()
     give_up(hook.id)
+    return reason
 
 
 def give_up(hook_id: int) -> None:

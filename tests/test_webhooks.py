@@ -615,6 +615,30 @@ def test_410_disables_the_webhook(client, ws, deliverer):
         assert again.json["data"]["active"] is True and again.json["data"]["disabled_reason"] is None
 
 
+def test_each_failed_attempt_logs_one_warning_naming_the_webhook_event_attempt_and_answer(client, ws, deliverer,
+                                                                                          caplog):
+    import logging
+
+    with Receiver(answering((500, {}, b""), (410, {}, b"gone"))) as gone:
+        hook = register(client, ws, gone.url, ["lead.created"])
+        lead = client.post("/api/v1/leads", json=lead_body(ws, email="private.person@example.com"),
+                           headers=ws.headers()).json["data"]
+        event = Event.select().order_by(Event.id.desc()).first().public_id
+        with caplog.at_level(logging.WARNING, logger="leadsvc.delivery"):
+            deliverer.deliver_due()
+            first = [r.getMessage() for r in caplog.records if r.name == "leadsvc.delivery"]
+            caplog.clear()
+            Delivery.update(next_attempt_at=utcnow()).where(Delivery.state == "failed").execute()
+            deliverer.deliver_due()
+            second = [r.getMessage() for r in caplog.records if r.name == "leadsvc.delivery"]
+    assert first == [f"webhook {hook['id']}: event {event}, attempt 1 failed: HTTP 500"]
+    assert second == [f"webhook {hook['id']}: event {event}, attempt 2 failed: HTTP 410",
+                      f"webhook {hook['id']} disabled: The endpoint answered 410 Gone.",
+                      f"webhook {hook['id']}: event {event} given up after attempt 2"]
+    assert not any(secret in line for line in first + second
+                   for secret in (lead["contact"]["email"], lead["contact"]["phone"], lead["id"]))
+
+
 def test_three_days_of_failures_disable_the_webhook(client, ws, deliverer, clock):
     with Receiver(answering((500, {}, b""))) as failing:
         hook = register(client, ws, failing.url, ["webhook.test"])
