@@ -4,8 +4,10 @@ A Deliverer runs in `leadsvc serve` (a background thread) and in `leadsvc worker
 deliveries in one short transaction that moves their `next_attempt_at` to the end of a lease
 and counts the attempt (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: the write lock), so any
 number of processes on one database never send the same attempt twice. The HTTP request runs
-outside any transaction, on a small pool of sender threads with keep-alive connections; each
-outcome is recorded in its own transaction, fenced by the attempt number. A process that dies
+outside any transaction, on a small pool of sender threads with keep-alive connections, of which
+one workspace and one destination hold at most a few at once (webhooks.per_workspace, per_host),
+each for at most webhooks.timeout; each outcome is recorded in its own transaction, fenced by the
+attempt number. A process that dies
 mid-attempt leaves the claim to lapse, and the delivery is sent again (at least once).
 
 Destinations are checked at each send: the host is resolved once, every address it resolves to
@@ -15,6 +17,7 @@ checked address, with the host name kept for TLS (SNI, certificate) and `Host`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import ipaddress
@@ -43,12 +46,12 @@ MAX_RETRY_AFTER = 24 * 3600       # a Retry-After longer than the longest step i
 DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in between
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
-ADDRESSES_TRIED = 2                # of those a host resolves to, each connect waiting up to the timeout
-# The longest an attempt takes, in webhooks.timeout: connects to two addresses, the request, the
-# answer's head, its body (two).
-ATTEMPT_TIMEOUTS = 6
+ADDRESSES_TRIED = 2                # of those a host resolves to, within the attempt's time
 USER_AGENT = "leadsvc/{version}"
 SENDERS = 8            # attempts a delivering process makes at once, each on its own thread and connection
+# Due deliveries a claim reads per free sender to choose from: enough that workspaces and hosts at
+# their cap, skipped, leave others to choose.
+CANDIDATES_PER_SENDER = 8
 # How often a delivering process looks for deliveries that other processes wrote (its own commits
 # wake it at once).
 POLL_SECONDS = 0.25
@@ -130,12 +133,16 @@ def check_destination(url: str, settings: dict[str, Any]) -> None:
 
 # --- sending ---------------------------------------------------------------------------------
 
-def connect_to(addresses: tuple[str, ...], port: int, timeout: float) -> socket.socket:
-    """A TCP connection to the first of the checked addresses that answers (never a new lookup)."""
+def connect_to(addresses: tuple[str, ...], port: int, deadline: float) -> socket.socket:
+    """A TCP connection to the first of the checked addresses that answers (never a new lookup),
+    made before the attempt's deadline."""
     error: OSError = ConnectionRefusedError("no address")
     for address in addresses[:ADDRESSES_TRIED]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no time left to connect")
         try:
-            sock = socket.create_connection((address, port), timeout)
+            sock = socket.create_connection((address, port), left)
         except OSError as exc:
             error = exc
             continue
@@ -150,9 +157,11 @@ class PinnedHTTPConnection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float):
         super().__init__(host, port, timeout=timeout)
         self.addresses = addresses
+        self.deadline = 0.0   # the attempt's, set by each attempt that uses the connection
 
     def connect(self) -> None:
-        self.sock = connect_to(self.addresses, self.port, self.timeout)
+        self.sock = connect_to(self.addresses, self.port, self.deadline)
+        self.sock.settimeout(self.timeout)
 
 
 class PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -161,10 +170,14 @@ class PinnedHTTPSConnection(http.client.HTTPSConnection):
     def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float, tls: ssl.SSLContext):
         super().__init__(host, port, timeout=timeout, context=tls)
         self.addresses, self.tls = addresses, tls
+        self.deadline = 0.0
 
     def connect(self) -> None:
-        self.sock = self.tls.wrap_socket(connect_to(self.addresses, self.port, self.timeout),
-                                         server_hostname=self.host)
+        # The plain socket is the connection's while the handshake runs, so the watchdog can cut
+        # a handshake that a receiver drags out.
+        self.sock = connect_to(self.addresses, self.port, self.deadline)
+        self.sock.settimeout(self.timeout)
+        self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host)
 
 
 @dataclass
@@ -188,6 +201,7 @@ class Attempt:
 
     def watch(self, connection: http.client.HTTPConnection) -> http.client.HTTPConnection:
         self.connection = connection
+        connection.deadline = self.deadline
         return connection
 
     def cut(self) -> None:
@@ -201,10 +215,10 @@ class Attempt:
 
 
 class Watchdog:
-    """Cuts the connection of an attempt whose time is up. The timeout bounds each read, not the
-    answer: a receiver that sends its head a byte at a time would otherwise hold the attempt, and
-    its sender thread, past the claim. One thread watches a sender's attempts while there are any
-    (a timer per attempt would start a thread for every send)."""
+    """Cuts the connection of an attempt whose time is up. A socket's timeout bounds each read,
+    not the answer: a receiver that sends its head a byte at a time would otherwise hold the
+    attempt, and its sender thread, as long as it liked. One thread watches a sender's attempts
+    while there are any (a timer per attempt would start a thread for every send)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -248,7 +262,8 @@ class Sender:
         self.tls = ssl.create_default_context()
         self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
         self.lock = threading.Lock()
-        self.watchdog = Watchdog(ATTEMPT_TIMEOUTS * settings["timeout"])
+        # webhooks.timeout is the whole attempt's: connect, request, answer, together.
+        self.watchdog = Watchdog(settings["timeout"])
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
         started = time.perf_counter()
@@ -305,11 +320,8 @@ class Sender:
                   headers: dict[str, str], attempt: Attempt) -> Answer:
         connection.request("POST", target, body=body, headers=headers)
         response = connection.getresponse()
-        # The body is read for at most two timeouts in all, so that a receiver that trickles it
-        # cannot outlast the attempt's claim.
-        deadline = time.monotonic() + 2 * self.settings["timeout"]
         kept, read = b"", 0
-        while read <= DRAINED_RESPONSE and time.monotonic() < deadline and (chunk := response.read1(16384)):
+        while read <= DRAINED_RESPONSE and time.monotonic() < attempt.deadline and (chunk := response.read1(16384)):
             kept += chunk[:KEPT_RESPONSE - len(kept)]
             read += len(chunk)
         if response.isclosed() and (response.getheader("Connection") or "").lower() != "close" and not attempt.fired:
@@ -319,7 +331,7 @@ class Sender:
         return Answer(status=response.status, body=kept.decode("utf-8", "replace"),
                       retry_after=retry_after(response.getheader("Retry-After")))
 
-    def _connect(self, key: tuple) -> http.client.HTTPConnection:
+    def _connect(self, key: tuple) -> PinnedHTTPConnection | PinnedHTTPSConnection:
         scheme, host, port, addresses = key
         timeout = self.settings["timeout"]
         if scheme == "https":
@@ -378,6 +390,17 @@ class Claimed:
     delivery: Delivery
     attempt: int
     lease_until: datetime
+    holds: tuple = ()   # the workspace and destination whose sender slots the attempt counts against
+
+
+def destination(url: str) -> tuple[str, ...]:
+    """Where a webhook's attempts go, for the per-host cap: host and port (a URL that does not
+    parse is its own destination; its attempt fails at once)."""
+    try:
+        parts = urlsplit(url)
+        return ("host", (parts.hostname or "").lower(), str(parts.port or (443 if parts.scheme == "https" else 80)))
+    except ValueError:
+        return ("host", url)
 
 
 class Deliverer:
@@ -391,8 +414,13 @@ class Deliverer:
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
         self.senders = SENDERS
-        # An attempt's claim outlasts anything it can take.
-        self.lease = timedelta(seconds=ATTEMPT_TIMEOUTS * self.settings["timeout"] + 30)
+        # An attempt's claim outlasts anything it can take (its time, the watchdog's tick, the lookup).
+        self.lease = timedelta(seconds=self.settings["timeout"] + 30)
+        # Sender slots each workspace and each destination holds (attempts under way), and the
+        # destinations of the webhooks claims have seen, so that a full destination's webhooks are
+        # left out of the next claim's read.
+        self.holding: collections.Counter = collections.Counter()
+        self.destinations: dict[int, tuple] = {}
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
@@ -435,6 +463,7 @@ class Deliverer:
             for item in claimed:
                 with self.lock:
                     self.in_flight += 1
+                    self.holding.update(item.holds)
                 self.pool.submit(self._attempt_in_slot, item)
             if len(claimed) < free:
                 events.work_waiting.wait(self.poll)
@@ -448,6 +477,8 @@ class Deliverer:
             release_connection()
             with self.lock:
                 self.in_flight -= 1
+                self.holding.subtract(item.holds)
+                self.holding += collections.Counter()   # drops what no attempt holds any more
             self.slot_freed.set()
 
     def _claim_safely(self, limit: int) -> list[Claimed]:
@@ -473,23 +504,36 @@ class Deliverer:
         return made
 
     def claim(self, limit: int) -> list[Claimed]:
-        """Up to `limit` due deliveries, each leased to this process for one attempt."""
+        """Up to `limit` due deliveries, each leased to this process for one attempt: oldest first,
+        but none of a workspace or destination that holds its share of the sender slots."""
         now = self.clock()
         lease_until = now + self.lease
-        due = (Delivery.select(Delivery.id).where(Delivery.next_attempt_at <= now)
-               .order_by(Delivery.next_attempt_at).limit(limit))
+        with self.lock:
+            holding = collections.Counter(self.holding)
+        per_workspace, per_host = self.settings["per_workspace"], self.settings["per_host"]
+        full_workspaces = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
+        full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
+        due = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url).join(Webhook)
+               .where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
+                      & Webhook.id.not_in(full_hooks))
+               .order_by(Delivery.next_attempt_at).limit(limit * CANDIDATES_PER_SENDER))
         if is_postgres():
-            due = due.for_update(skip_locked=True)
+            due = due.for_update(of=Delivery, skip_locked=True)
         with transaction():
+            candidates = list(due.tuples())
+            if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
+                self.destinations.clear()
+            self.destinations.update((hook, destination(url)) for _, hook, _, url in candidates)
+            chosen = share_out(candidates, self.destinations, holding, limit, per_workspace, per_host)
             leased = list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
-                          .where(Delivery.id.in_(due) & (Delivery.next_attempt_at <= now))
-                          .returning(Delivery.id, Delivery.attempts).tuples().execute())
+                          .where(Delivery.id.in_(list(chosen)) & (Delivery.next_attempt_at <= now))
+                          .returning(Delivery.id, Delivery.attempts).tuples().execute()) if chosen else []
         if not leased:
             return []
         attempts = dict(leased)
         rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
                 .where(Delivery.id.in_(list(attempts))))
-        return [Claimed(row, attempts[row.id], lease_until) for row in rows]
+        return [Claimed(row, attempts[row.id], lease_until, chosen[row.id]) for row in rows]
 
     def attempt(self, item: Claimed) -> None:
         """Send one attempt and record what came of it."""
@@ -552,6 +596,23 @@ class Deliverer:
             lag = (utcnow() - item.delivery.event.created_at).total_seconds() if ok else None
             self.metrics.delivery(delivery.state, lag)
         return delivery.state
+
+
+def share_out(candidates: list[tuple], destinations: dict[int, tuple], holding: collections.Counter, limit: int,
+              per_workspace: int, per_host: int) -> dict[int, tuple]:
+    """The candidates (delivery, webhook, workspace, url; oldest first) to claim, each with the
+    slots it holds: within each workspace's and destination's cap, and the workspaces with the
+    fewest attempts under way first, so that a busy workspace's backlog does not come first."""
+    counts = collections.Counter(holding)
+    chosen: dict[int, tuple] = {}
+    for level in range(per_workspace):
+        for delivery_id, hook, workspace, _ in candidates:
+            holds = (("workspace", workspace), destinations[hook])
+            if (len(chosen) < limit and delivery_id not in chosen and counts[holds[0]] <= level
+                    and counts[holds[0]] < per_workspace and counts[holds[1]] < per_host):
+                chosen[delivery_id] = holds
+                counts.update(holds)
+    return chosen
 
 
 def describe(answer: Answer) -> str:
