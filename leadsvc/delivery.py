@@ -7,8 +7,8 @@ number of processes on one database never send the same attempt twice. The HTTP 
 outside any transaction, on a small pool of sender threads with keep-alive connections, of which
 one workspace and one destination hold at most a few at once (webhooks.per_workspace, per_host),
 each for at most webhooks.timeout; each outcome is recorded in its own transaction, fenced by the
-attempt number. A process that dies
-mid-attempt leaves the claim to lapse, and the delivery is sent again (at least once).
+attempt number. A process that dies mid-attempt leaves the claim to lapse, and the delivery is
+sent again (at least once).
 
 Destinations are checked at each send: the host is resolved once, every address it resolves to
 must be public (unless `webhooks.allow_private_networks`), and the connection goes to the
