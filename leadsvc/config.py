@@ -63,6 +63,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "secret_key_file": "",
         "deliver_in_serve": True,
         "timeout": 10,
+        "per_workspace": 2,
+        "per_host": 2,
         "allow_http": False,
         "allow_private_networks": False,
     },
@@ -216,7 +218,8 @@ def _check(settings: Settings) -> None:
     if not 0 < scoring["warm"] < scoring["hot"] <= 100:
         raise ConfigError("scoring: need 0 < warm < hot <= 100.")
     for section, key in (("server", "port"), ("server", "threads"), ("database", "pool_size"),
-                         ("database", "pool_timeout"), ("api", "max_body_bytes"), ("server", "connection_limit")):
+                         ("database", "pool_timeout"), ("api", "max_body_bytes"), ("server", "connection_limit"),
+                         ("webhooks", "per_workspace"), ("webhooks", "per_host")):
         if settings[section][key] <= 0:
             raise ConfigError(f"{section}.{key} must be positive.")
     if settings["server"]["port"] > 65535:

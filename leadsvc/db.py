@@ -159,9 +159,16 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
-def for_update(query: pw.Select) -> pw.Select:
+# PostgreSQL's row lock that keeps other writers of a row out but lets rows that refer to it be
+# written meanwhile (their foreign key check takes KEY_SHARE, which only FOR UPDATE, a delete's
+# lock, waits for).
+NO_KEY_UPDATE = "FOR NO KEY UPDATE"
+KEY_SHARE = "FOR KEY SHARE"   # the row must stay until the transaction ends; waits only for a delete
+
+
+def for_update(query: pw.Select, mode: str = "FOR UPDATE") -> pw.Select:
     """Lock the selected rows until the transaction ends (SQLite already serializes writers)."""
-    return query.for_update() if database.for_update else query
+    return query.for_update(mode) if database.for_update else query
 
 
 def any_of(clauses: list[pw.Expression]) -> pw.Expression:

@@ -4,9 +4,11 @@ A Deliverer runs in `leadsvc serve` (a background thread) and in `leadsvc worker
 deliveries in one short transaction that moves their `next_attempt_at` to the end of a lease
 and counts the attempt (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: the write lock), so any
 number of processes on one database never send the same attempt twice. The HTTP request runs
-outside any transaction, on a small pool of sender threads with keep-alive connections; each
-outcome is recorded in its own transaction, fenced by the attempt number. A process that dies
-mid-attempt leaves the claim to lapse, and the delivery is sent again (at least once).
+outside any transaction, on a small pool of sender threads with keep-alive connections, of which
+one workspace and one destination hold at most a few at once (webhooks.per_workspace, per_host),
+each for at most webhooks.timeout; each outcome is recorded in its own transaction, fenced by the
+attempt number. A process that dies mid-attempt leaves the claim to lapse, and the delivery is
+sent again (at least once).
 
 Destinations are checked at each send: the host is resolved once, every address it resolves to
 must be public (unless `webhooks.allow_private_networks`), and the connection goes to the
@@ -15,6 +17,7 @@ checked address, with the host name kept for TLS (SNI, certificate) and `Host`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import ipaddress
@@ -31,7 +34,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import SplitResult, urlsplit
 
 from . import events
-from .db import UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
+from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
 from .models import Delivery, Event, Webhook, utcnow
 
 log = logging.getLogger("leadsvc.delivery")
@@ -43,12 +46,12 @@ MAX_RETRY_AFTER = 24 * 3600       # a Retry-After longer than the longest step i
 DISABLE_AFTER = timedelta(days=3)  # of failures only, with no success in between
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept in last_response
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
-ADDRESSES_TRIED = 2                # of those a host resolves to, each connect waiting up to the timeout
-# The longest an attempt takes, in webhooks.timeout: connects to two addresses, the request, the
-# answer's head, its body (two).
-ATTEMPT_TIMEOUTS = 6
+ADDRESSES_TRIED = 2                # of those a host resolves to, within the attempt's time
 USER_AGENT = "leadsvc/{version}"
 SENDERS = 8            # attempts a delivering process makes at once, each on its own thread and connection
+# Due deliveries a claim reads per free sender to choose from: enough that workspaces and hosts at
+# their cap, skipped, leave others to choose.
+CANDIDATES_PER_SENDER = 8
 # How often a delivering process looks for deliveries that other processes wrote (its own commits
 # wake it at once).
 POLL_SECONDS = 0.25
@@ -84,6 +87,11 @@ def check_url(url: str, settings: dict[str, Any]) -> SplitResult:
 # IPv6 ranges whose last 32 bits are an IPv4 address that a NAT64 translator (or, for the
 # deprecated IPv4-compatible form, a tunnel) delivers to; 6to4 (2002::/16) is ipaddress's sixtofour.
 CARRYING_IPV4 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::/96"))
+# IPv6 ranges that ipaddress counts as global but that lead into a local network: local-use NAT64
+# (its translator is the operator's own), SIIT's IPv4-translated addresses, and the deprecated
+# site-local range, which some stacks still route inside the site.
+NEVER_PUBLIC = (ipaddress.IPv6Network("64:ff9b:1::/48"), ipaddress.IPv6Network("::ffff:0:0:0/96"),
+                ipaddress.IPv6Network("fec0::/10"))
 
 
 def is_public(address: str) -> bool:
@@ -92,6 +100,8 @@ def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     checked = [ip]
     if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in NEVER_PUBLIC):
+            return False
         if ip.ipv4_mapped:
             checked = [ip.ipv4_mapped]
         elif ip.sixtofour:
@@ -107,13 +117,12 @@ def resolve(parts: SplitResult, settings: dict[str, Any]) -> list[str]:
     try:
         found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise Refused(f"{parts.hostname} does not resolve ({exc}).") from None
+        # Neither the resolver's words nor any address: how this server resolves names is its own.
+        raise Refused(f"{parts.hostname} does not resolve.") from None
     addresses = list(dict.fromkeys(info[4][0] for info in found))
-    if not settings["allow_private_networks"]:
-        private = [a for a in addresses if not is_public(a)]
-        if private:
-            raise Refused(f"{parts.hostname} resolves to {', '.join(private)}: loopback, private, link-local and "
-                          "multicast destinations are refused (webhooks.allow_private_networks).")
+    if not settings["allow_private_networks"] and not all(is_public(a) for a in addresses):
+        raise Refused(f"{parts.hostname} is not allowed: deliveries go to public addresses only, never loopback, "
+                      "private, link-local or multicast ones (webhooks.allow_private_networks).")
     return addresses
 
 
@@ -124,12 +133,16 @@ def check_destination(url: str, settings: dict[str, Any]) -> None:
 
 # --- sending ---------------------------------------------------------------------------------
 
-def connect_to(addresses: tuple[str, ...], port: int, timeout: float) -> socket.socket:
-    """A TCP connection to the first of the checked addresses that answers (never a new lookup)."""
+def connect_to(addresses: tuple[str, ...], port: int, deadline: float) -> socket.socket:
+    """A TCP connection to the first of the checked addresses that answers (never a new lookup),
+    made before the attempt's deadline."""
     error: OSError = ConnectionRefusedError("no address")
     for address in addresses[:ADDRESSES_TRIED]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no time left to connect")
         try:
-            sock = socket.create_connection((address, port), timeout)
+            sock = socket.create_connection((address, port), left)
         except OSError as exc:
             error = exc
             continue
@@ -144,9 +157,11 @@ class PinnedHTTPConnection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float):
         super().__init__(host, port, timeout=timeout)
         self.addresses = addresses
+        self.deadline = 0.0   # the attempt's, set by each attempt that uses the connection
 
     def connect(self) -> None:
-        self.sock = connect_to(self.addresses, self.port, self.timeout)
+        self.sock = connect_to(self.addresses, self.port, self.deadline)
+        self.sock.settimeout(self.timeout)
 
 
 class PinnedHTTPSConnection(http.client.HTTPSConnection):
@@ -155,10 +170,14 @@ class PinnedHTTPSConnection(http.client.HTTPSConnection):
     def __init__(self, host: str, port: int, addresses: tuple[str, ...], timeout: float, tls: ssl.SSLContext):
         super().__init__(host, port, timeout=timeout, context=tls)
         self.addresses, self.tls = addresses, tls
+        self.deadline = 0.0
 
     def connect(self) -> None:
-        self.sock = self.tls.wrap_socket(connect_to(self.addresses, self.port, self.timeout),
-                                         server_hostname=self.host)
+        # The plain socket is the connection's while the handshake runs, so the watchdog can cut
+        # a handshake that a receiver drags out.
+        self.sock = connect_to(self.addresses, self.port, self.deadline)
+        self.sock.settimeout(self.timeout)
+        self.sock = self.tls.wrap_socket(self.sock, server_hostname=self.host)
 
 
 @dataclass
@@ -182,6 +201,7 @@ class Attempt:
 
     def watch(self, connection: http.client.HTTPConnection) -> http.client.HTTPConnection:
         self.connection = connection
+        connection.deadline = self.deadline
         return connection
 
     def cut(self) -> None:
@@ -195,10 +215,10 @@ class Attempt:
 
 
 class Watchdog:
-    """Cuts the connection of an attempt whose time is up. The timeout bounds each read, not the
-    answer: a receiver that sends its head a byte at a time would otherwise hold the attempt, and
-    its sender thread, past the claim. One thread watches a sender's attempts while there are any
-    (a timer per attempt would start a thread for every send)."""
+    """Cuts the connection of an attempt whose time is up. A socket's timeout bounds each read,
+    not the answer: a receiver that sends its head a byte at a time would otherwise hold the
+    attempt, and its sender thread, as long as it liked. One thread watches a sender's attempts
+    while there are any (a timer per attempt would start a thread for every send)."""
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -242,7 +262,8 @@ class Sender:
         self.tls = ssl.create_default_context()
         self.idle: dict[tuple, list[http.client.HTTPConnection]] = {}
         self.lock = threading.Lock()
-        self.watchdog = Watchdog(ATTEMPT_TIMEOUTS * settings["timeout"])
+        # webhooks.timeout is the whole attempt's: connect, request, answer, together.
+        self.watchdog = Watchdog(settings["timeout"])
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
         started = time.perf_counter()
@@ -299,11 +320,8 @@ class Sender:
                   headers: dict[str, str], attempt: Attempt) -> Answer:
         connection.request("POST", target, body=body, headers=headers)
         response = connection.getresponse()
-        # The body is read for at most two timeouts in all, so that a receiver that trickles it
-        # cannot outlast the attempt's claim.
-        deadline = time.monotonic() + 2 * self.settings["timeout"]
         kept, read = b"", 0
-        while read <= DRAINED_RESPONSE and time.monotonic() < deadline and (chunk := response.read1(16384)):
+        while read <= DRAINED_RESPONSE and time.monotonic() < attempt.deadline and (chunk := response.read1(16384)):
             kept += chunk[:KEPT_RESPONSE - len(kept)]
             read += len(chunk)
         if response.isclosed() and (response.getheader("Connection") or "").lower() != "close" and not attempt.fired:
@@ -313,7 +331,7 @@ class Sender:
         return Answer(status=response.status, body=kept.decode("utf-8", "replace"),
                       retry_after=retry_after(response.getheader("Retry-After")))
 
-    def _connect(self, key: tuple) -> http.client.HTTPConnection:
+    def _connect(self, key: tuple) -> PinnedHTTPConnection | PinnedHTTPSConnection:
         scheme, host, port, addresses = key
         timeout = self.settings["timeout"]
         if scheme == "https":
@@ -372,6 +390,17 @@ class Claimed:
     delivery: Delivery
     attempt: int
     lease_until: datetime
+    holds: tuple = ()   # the workspace and destination whose sender slots the attempt counts against
+
+
+def destination(url: str) -> tuple[str, ...]:
+    """Where a webhook's attempts go, for the per-host cap: host and port (a URL that does not
+    parse is its own destination; its attempt fails at once)."""
+    try:
+        parts = urlsplit(url)
+        return ("host", (parts.hostname or "").lower(), str(parts.port or (443 if parts.scheme == "https" else 80)))
+    except ValueError:
+        return ("host", url)
 
 
 class Deliverer:
@@ -385,8 +414,13 @@ class Deliverer:
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
         self.senders = SENDERS
-        # An attempt's claim outlasts anything it can take.
-        self.lease = timedelta(seconds=ATTEMPT_TIMEOUTS * self.settings["timeout"] + 30)
+        # An attempt's claim outlasts anything it can take (its time, the watchdog's tick, the lookup).
+        self.lease = timedelta(seconds=self.settings["timeout"] + 30)
+        # Sender slots each workspace and each destination holds (attempts under way), and the
+        # destinations of the webhooks claims have seen, so that a full destination's webhooks are
+        # left out of the next claim's read.
+        self.holding: collections.Counter = collections.Counter()
+        self.destinations: dict[int, tuple] = {}
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
@@ -429,6 +463,7 @@ class Deliverer:
             for item in claimed:
                 with self.lock:
                     self.in_flight += 1
+                    self.holding.update(item.holds)
                 self.pool.submit(self._attempt_in_slot, item)
             if len(claimed) < free:
                 events.work_waiting.wait(self.poll)
@@ -442,6 +477,8 @@ class Deliverer:
             release_connection()
             with self.lock:
                 self.in_flight -= 1
+                self.holding.subtract(item.holds)
+                self.holding += collections.Counter()   # drops what no attempt holds any more
             self.slot_freed.set()
 
     def _claim_safely(self, limit: int) -> list[Claimed]:
@@ -467,23 +504,36 @@ class Deliverer:
         return made
 
     def claim(self, limit: int) -> list[Claimed]:
-        """Up to `limit` due deliveries, each leased to this process for one attempt."""
+        """Up to `limit` due deliveries, each leased to this process for one attempt: oldest first,
+        but none of a workspace or destination that holds its share of the sender slots."""
         now = self.clock()
         lease_until = now + self.lease
-        due = (Delivery.select(Delivery.id).where(Delivery.next_attempt_at <= now)
-               .order_by(Delivery.next_attempt_at).limit(limit))
+        with self.lock:
+            holding = collections.Counter(self.holding)
+        per_workspace, per_host = self.settings["per_workspace"], self.settings["per_host"]
+        full_workspaces = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
+        full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
+        due = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url).join(Webhook)
+               .where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
+                      & Webhook.id.not_in(full_hooks))
+               .order_by(Delivery.next_attempt_at).limit(limit * CANDIDATES_PER_SENDER))
         if is_postgres():
-            due = due.for_update(skip_locked=True)
+            due = due.for_update(of=Delivery, skip_locked=True)
         with transaction():
+            candidates = list(due.tuples())
+            if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
+                self.destinations.clear()
+            self.destinations.update((hook, destination(url)) for _, hook, _, url in candidates)
+            chosen = share_out(candidates, self.destinations, holding, limit, per_workspace, per_host)
             leased = list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
-                          .where(Delivery.id.in_(due) & (Delivery.next_attempt_at <= now))
-                          .returning(Delivery.id, Delivery.attempts).tuples().execute())
+                          .where(Delivery.id.in_(list(chosen)) & (Delivery.next_attempt_at <= now))
+                          .returning(Delivery.id, Delivery.attempts).tuples().execute()) if chosen else []
         if not leased:
             return []
         attempts = dict(leased)
         rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
                 .where(Delivery.id.in_(list(attempts))))
-        return [Claimed(row, attempts[row.id], lease_until) for row in rows]
+        return [Claimed(row, attempts[row.id], lease_until, chosen[row.id]) for row in rows]
 
     def attempt(self, item: Claimed) -> None:
         """Send one attempt and record what came of it."""
@@ -504,8 +554,11 @@ class Deliverer:
         (replayed, given up with its webhook, or deleted with it)."""
         now = self.clock()
         ok = answer.status is not None and 200 <= answer.status < 300
+        disabled = None
         with transaction():
-            delivery = for_update(Delivery.select().where(
+            # The webhook before its delivery, in the order every webhook write locks them (lock_webhook).
+            hook = for_update(Webhook.select().where(Webhook.id == item.delivery.webhook_id), NO_KEY_UPDATE).first()
+            delivery = None if hook is None else for_update(Delivery.select().where(
                 (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt)
                 & (Delivery.next_attempt_at == item.lease_until))).first()
             if delivery is None:
@@ -517,7 +570,6 @@ class Deliverer:
             cut = answer.body and Event.select().where((Event.id == sent.id) & (Event.body != sent.body)).exists()
             delivery.last_response = None if cut else answer.body
             delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
-            hook = for_update(Webhook.select().where(Webhook.id == delivery.webhook_id)).first()
             if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled
                 delivery.state, delivery.next_attempt_at = "dead", None
             elif ok:
@@ -526,7 +578,7 @@ class Deliverer:
                     Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()
             elif answer.status == 410:
                 delivery.state, delivery.next_attempt_at = "dead", None
-                disable(hook, "The endpoint answered 410 Gone.")
+                disabled = disable(hook, "The endpoint answered 410 Gone.")
             else:
                 delivery.failures += 1
                 delay = next_delay(delivery.failures, answer, self.rng)
@@ -539,23 +591,56 @@ class Deliverer:
                     Webhook.update(failing_since=now).where(Webhook.id == hook.id).execute()
                 if now - failing_since >= DISABLE_AFTER:
                     delivery.state, delivery.next_attempt_at = "dead", None
-                    disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} UTC "
-                                  f"(last: {describe(answer)}).")
+                    disabled = disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} "
+                                             f"UTC (last: {describe(answer)}).")
             delivery.save()
+        if not ok:
+            warn_failed(item, answer, delivery.state, disabled)
         if self.metrics is not None:
             lag = (utcnow() - item.delivery.event.created_at).total_seconds() if ok else None
             self.metrics.delivery(delivery.state, lag)
         return delivery.state
 
 
+def share_out(candidates: list[tuple], destinations: dict[int, tuple], holding: collections.Counter, limit: int,
+              per_workspace: int, per_host: int) -> dict[int, tuple]:
+    """The candidates (delivery, webhook, workspace, url; oldest first) to claim, each with the
+    slots it holds: within each workspace's and destination's cap, and the workspaces with the
+    fewest attempts under way first, so that a busy workspace's backlog does not come first."""
+    counts = collections.Counter(holding)
+    chosen: dict[int, tuple] = {}
+    for level in range(per_workspace):
+        for delivery_id, hook, workspace, _ in candidates:
+            holds = (("workspace", workspace), destinations[hook])
+            if (len(chosen) < limit and delivery_id not in chosen and counts[holds[0]] <= level
+                    and counts[holds[0]] < per_workspace and counts[holds[1]] < per_host):
+                chosen[delivery_id] = holds
+                counts.update(holds)
+    return chosen
+
+
 def describe(answer: Answer) -> str:
     return f"HTTP {answer.status}" if answer.status is not None else (answer.error or "no answer")
 
 
-def disable(hook: Webhook, reason: str) -> None:
-    """Turn a webhook off with a reason; its scheduled deliveries become dead (in the caller's transaction)."""
-    Webhook.update(active=False, disabled_reason=reason[:500]).where(Webhook.id == hook.id).execute()
+def warn_failed(item: Claimed, answer: Answer, state: str, disabled: str | None) -> None:
+    """A failed attempt in the log, so that an operator sees receivers refusing deliveries (a
+    wrong secret, an endpoint gone): ids, the attempt and what came back, nothing about the lead."""
+    hook, event = item.delivery.webhook.public_id, item.delivery.event.public_id
+    log.warning("webhook %s: event %s, attempt %d failed: %s", hook, event, item.attempt, describe(answer))
+    if disabled is not None:
+        log.warning("webhook %s disabled: %s", hook, disabled)
+    if state == "dead":
+        log.warning("webhook %s: event %s given up after attempt %d", hook, event, item.attempt)
+
+
+def disable(hook: Webhook, reason: str) -> str:
+    """Turn a webhook off with a reason; its scheduled deliveries become dead (in the caller's
+    transaction). The reason as kept."""
+    reason = reason[:500]
+    Webhook.update(active=False, disabled_reason=reason).where(Webhook.id == hook.id).execute()
     give_up(hook.id)
+    return reason
 
 
 def give_up(hook_id: int) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 from standardwebhooks import Webhook as Signer
 
 from . import jsoncodec
-from .db import database
+from .db import KEY_SHARE, database, for_update
 from .documents import Refs, lead_document
 from .models import Delivery, Event, Lead, Webhook, utcnow
 from .schemas import rfc3339
@@ -60,8 +60,16 @@ def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Itera
     now = utcnow()
     body = jsoncodec.text({"type": event_type, "timestamp": rfc3339(now), "data": data})
     event = Event.create(workspace=workspace_id, lead=lead, type=event_type, body=body, created_at=now)
-    Delivery.insert_many([{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
-                          for hook in hooks]).execute()
+    # `hooks` come from reference data read before this transaction: a webhook deleted or disabled
+    # since gets no delivery. The lock keeps each one found until the commit; one being deleted
+    # is waited for and then not found, where a plain read would still see it and its delivery
+    # would break the foreign key.
+    live = for_update(Webhook.select(Webhook.id).where(Webhook.id.in_(list(hooks)) & Webhook.active)
+                      .order_by(Webhook.id), KEY_SHARE)
+    rows = [{"webhook": hook, "event": event.id, "next_attempt_at": now, "created_at": now}
+            for (hook,) in live.tuples()]
+    if rows:
+        Delivery.insert_many(rows).execute()
     database.after_commit(work_waiting.set)
     return event
 

@@ -12,7 +12,7 @@ from flask.views import MethodView
 from . import cursor, delivery, events
 from .auth import caller, requires
 from .config import settings
-from .db import database, for_update, transaction
+from .db import NO_KEY_UPDATE, database, for_update, transaction
 from .documents import json_response
 from .extensions import Blueprint
 from .idempotency import shows_secret
@@ -146,7 +146,7 @@ def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[s
     secret = _secret(salt, config)
     with transaction():
         # The workspace's row is locked before counting: two registrations must not both count 49.
-        for_update(Workspace.select(Workspace.id).where(Workspace.id == workspace_id)).first()
+        for_update(Workspace.select(Workspace.id).where(Workspace.id == workspace_id), NO_KEY_UPDATE).first()
         if Webhook.select().where(Webhook.workspace == workspace_id).count() >= MAX_WEBHOOKS:
             raise Conflict(f"A workspace has at most {MAX_WEBHOOKS} webhooks; delete one first.")
         hook = Webhook.create(workspace=workspace_id, url=url, events=data["events"],
@@ -156,8 +156,10 @@ def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[s
 
 def lock_webhook(hook: Webhook) -> Webhook:
     """The webhook's current row, locked until the transaction ends: what the view looked up may
-    have been changed (rotated, disabled by the deliverer) or deleted meanwhile."""
-    current = for_update(Webhook.select().where(Webhook.id == hook.id)).first()
+    have been changed (rotated, disabled by the deliverer) or deleted meanwhile. Every write that
+    touches a webhook takes this lock first, before its deliveries or its workspace's row, so
+    they all take locks in one order. It lets creates go on writing deliveries that refer to it."""
+    current = for_update(Webhook.select().where(Webhook.id == hook.id), NO_KEY_UPDATE).first()
     if current is None:
         raise NotFound(f"No webhook {hook.public_id}.")
     return current
@@ -199,6 +201,11 @@ def rotate_secret(hook: Webhook, config: Mapping[str, Any]) -> tuple[Webhook, st
 def delete_webhook(hook: Webhook) -> None:
     """The webhook and its deliveries (the database cascades)."""
     with transaction():
+        hook = lock_webhook(hook)
+        # The workspace's row (the delete bumps its refs_version) before the delete's own lock,
+        # which waits for the creates writing deliveries to this webhook: a create may hold the
+        # workspace's row (routing's rotation) while it writes them.
+        for_update(Workspace.select(Workspace.id).where(Workspace.id == hook.workspace_id), NO_KEY_UPDATE).first()
         Webhook.delete().where(Webhook.id == hook.id).execute()
 
 

@@ -158,3 +158,29 @@ def test_a_failed_commit_rolls_the_transaction_back_and_the_next_write_works(app
     with transaction():
         Workspace.update(name="committed after").where(Workspace.public_id == ws.public_id).execute()
     assert Workspace.get(Workspace.public_id == ws.public_id).name == "committed after"
+
+
+@pytest.mark.slow
+def test_creates_while_webhooks_are_deleted_neither_fail_nor_deadlock(live_server, ws):
+    # Each create writes a delivery for every webhook its reference data lists; deletes commit in
+    # between. On PostgreSQL a create holding the workspace's row (routing's rotation) and a
+    # delete holding the webhook's row used to wait for each other (503 on both).
+    headers = ws.headers()
+    hooks = [http("POST", f"{live_server}/api/v1/webhooks", {"url": f"http://127.0.0.1:9/hook{n}", "events": ["*"]},
+                  headers)[1]["data"]["id"] for n in range(8)]
+    start = threading.Barrier(17)
+
+    def create(_):
+        start.wait()
+        return [http("POST", f"{live_server}/api/v1/leads", lead_body(ws), headers)[0] for _ in range(4)]
+
+    def delete():
+        start.wait()
+        return [http("DELETE", f"{live_server}/api/v1/webhooks/{hook}", None, headers)[0] for hook in hooks]
+
+    with ThreadPoolExecutor(17) as pool:
+        creates = [pool.submit(create, n) for n in range(16)]
+        deletes = pool.submit(delete)
+        created = Counter(status for future in creates for status in future.result())
+    assert created == {201: 64} and deletes.result() == [204] * 8, (created, deletes.result())
+    assert http("GET", f"{live_server}/api/v1/webhooks", None, headers)[1]["data"] == []

@@ -131,6 +131,8 @@ def test_booleans_from_the_environment(raw, expected):
     ("LEADSVC_SERVER_PORT", "eighty", "LEADSVC_SERVER_PORT must be a whole number, not 'eighty'"),
     ("LEADSVC_WEBHOOKS_SECRET_KEY", "short", "webhooks.secret_key must be at least 32 characters"),
     ("LEADSVC_WEBHOOKS_TIMEOUT", "0", "webhooks.timeout must be positive"),
+    ("LEADSVC_WEBHOOKS_PER_WORKSPACE", "0", "webhooks.per_workspace must be positive"),
+    ("LEADSVC_WEBHOOKS_PER_HOST", "0", "webhooks.per_host must be positive"),
     ("LEADSVC_SERVER_PORT", "80.5", "LEADSVC_SERVER_PORT must be a whole number"),
     ("LEADSVC_RATE_LIMITS_ENABLED", "maybe", "LEADSVC_RATE_LIMITS_ENABLED must be true or false"),
     ("LEADSVC_SCORING_HOT", "", "LEADSVC_SCORING_HOT must be a whole number"),
