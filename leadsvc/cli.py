@@ -536,14 +536,15 @@ def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str
     import marshmallow as ma
 
     from .models import Workspace
-    from .schemas import SubjectQuery
+    from .schemas import SubjectQuery, phones_of
 
     _migrated_app(ctx)
     workspace = Workspace.get_or_none(Workspace.public_id == workspace_id)
     if workspace is None:
         raise click.ClickException(f"No workspace {workspace_id}. `leadsvc setup FILE --json` prints its id.")
     try:
-        person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
+        with phones_of(workspace):
+            person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
     except ma.ValidationError as exc:
         raise click.ClickException(" ".join(f"--{field}: {' '.join(messages)}"
                                             for field, messages in exc.messages.items())) from None

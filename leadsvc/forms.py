@@ -31,7 +31,7 @@ from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
                        flatten_messages)
 from .schemas import (BLANK_PATTERN, HONEYPOT, NAME_LENGTH, NOT_BLANK_PATTERN, FormReceiptSchema, FormSubmissionSchema,
-                      is_blank, trim)
+                      is_blank, phones_of, trim)
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -179,7 +179,8 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
         return None
     errors: dict[str, list[str]] = {}
     try:
-        fields = FormSubmissionSchema().load(data)
+        with phones_of(form.workspace):
+            fields = FormSubmissionSchema().load(data)
     except ma.ValidationError as exc:
         fields, errors = {}, flatten_messages(exc.messages)
     if form.consent_required and data.get(CONSENT) is not True and CONSENT not in errors:
