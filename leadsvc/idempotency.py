@@ -21,7 +21,8 @@ Hooked once in create_app, so every POST of every blueprint takes part:
   RESERVED_FOR, so that a retry then runs afresh.
 - Recorded: 2xx, and 4xx other than 401, 403 and 429 (those depend on the token or the moment,
   not on the request). A secret shown once (a new webhook's) is recorded as null: a replay
-  never shows it again. On a 5xx everything the request did rolls back and nothing is recorded.
+  never shows it again. On a 5xx nothing is recorded, and everything the request did rolls back
+  (but the steps a view that commits in steps had committed).
 - A request that waits for another with its key longer than LOCK_WAIT_MS gets 409 `conflict`
   on PostgreSQL; SQLite queues all writers on its busy timeout, past which the answer is 503.
 """
@@ -274,8 +275,9 @@ class IdempotencySpecPlugin(BasePlugin):
             "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
                            "gets the first response again (with `Idempotent-Replayed: true`); the same key "
                            "with another body is 422; a retry while the first is still running waits for "
-                           "it (409, or 503 on SQLite, if that takes too long). 2xx and 4xx answers are kept, except 401, "
-                           "403 and 429; a 5xx keeps nothing and changes nothing. Keys belong to the "
+                           "it (409, or 503 on SQLite, if that takes too long; a batch's retry is 409 at once). 2xx and 4xx answers are kept, except 401, "
+                           "403 and 429; a 5xx keeps nothing and changes nothing (a batch keeps the items it "
+                           "created before it). Keys belong to the "
                            "token that sent them (to the client IP without a token).",
         })
 
