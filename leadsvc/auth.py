@@ -18,6 +18,7 @@ from flask import g, request
 from .db import database, read_rows
 from .models import BASE62, Lead, Member, Note, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
+from .schemas import phones_of
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
              "notes:write", "activities:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage")
@@ -166,7 +167,7 @@ _CALLER_COLUMNS = {
     Member: (Member.id, Member.public_id, Member.workspace, Member.team, Member.name, Member.email, Member.role,
              Member.active),
     Workspace: (Workspace.id, Workspace.public_id, Workspace.name, Workspace.timezone, Workspace.currency,
-                Workspace.refs_version),
+                Workspace.refs_version, Workspace.phone_regions),
 }
 _CALLER_COLUMN_LIST = tuple(column for columns in _CALLER_COLUMNS.values() for column in columns)
 _DIGEST = "\x00digest\x00"   # stands for the digest in the query's SQL, which is written once per database
@@ -208,7 +209,8 @@ def requires(ability: str | None = None) -> Callable:
             caller = authenticate()
             if ability is not None and ability not in caller.abilities:
                 raise Forbidden(f"This token lacks the {ability} ability.")
-            return view(*args, **kwargs)
+            with phones_of(caller.workspace):   # the request's phones are read as its workspace takes them
+                return view(*args, **kwargs)
 
         # Document the outcomes every authenticated operation shares.
         documented = _DOCS.alt_response(401, response="UNAUTHORIZED")(wrapper)

@@ -606,12 +606,13 @@ def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str
     """The workspace and the person's phone and e-mail, normalized as the API normalizes them."""
     import marshmallow as ma
 
-    from .schemas import SubjectQuery
+    from .schemas import SubjectQuery, phones_of
 
     _migrated_app(ctx)
     workspace = _workspace(workspace_id)
     try:
-        person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
+        with phones_of(workspace):
+            person = SubjectQuery().load({k: v for k, v in (("phone", phone), ("email", email)) if v is not None})
     except ma.ValidationError as exc:
         raise click.ClickException(" ".join(f"--{field}: {' '.join(messages)}"
                                             for field, messages in exc.messages.items())) from None

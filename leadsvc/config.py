@@ -58,6 +58,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "enabled": True,
         "allow_from": "127.0.0.0/8,::1",
     },
+    "forms": {
+        "answer_floor_ms": 300,
+    },
     "webhooks": {
         "secret_key": "",
         "secret_key_file": "",
@@ -83,6 +86,7 @@ EXEMPT_VARIABLES = frozenset({
 })
 LOG_FORMATS = ("text", "json")
 MIN_SECRET_KEY = 32   # characters of webhooks.secret_key, from which every webhook secret is derived
+MAX_ANSWER_FLOOR_MS = 10_000   # a web form that answers slower than this loses people
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 RATE_LIMIT_STORAGES = ("memory://", "redis://", "rediss://", "redis+unix://", "redis+sentinel://",
@@ -253,6 +257,9 @@ def _check(settings: Settings) -> None:
                           "or empty to refuse webhooks.")
     if hooks["timeout"] <= 0:
         raise ConfigError("webhooks.timeout must be positive.")
+    if not 0 <= settings["forms"]["answer_floor_ms"] <= MAX_ANSWER_FLOOR_MS:
+        raise ConfigError(f"forms.answer_floor_ms must be from 0 to {MAX_ANSWER_FLOOR_MS}, "
+                          f"not {settings['forms']['answer_floor_ms']}.")
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

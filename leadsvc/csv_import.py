@@ -28,7 +28,7 @@ from .export import COLUMNS as EXPORT_COLUMNS
 from .export import FORMULA_STARTS
 from .models import Workspace
 from .problems import Problem, flatten_messages
-from .schemas import LeadCreateSchema, trim
+from .schemas import LeadCreateSchema, phones_of, trim
 
 CONTACT_COLUMNS = ("first_name", "last_name", "phone", "email", "source", "estimated_value")
 IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS)
@@ -108,7 +108,8 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
         body, problems = row_body(dict(zip(columns, cells)), refs)
         body["on_duplicate"] = on_duplicate
         try:
-            data = schema.load(body)
+            with phones_of(workspace):
+                data = schema.load(body)
         except ma.ValidationError as exc:
             problems.update(flatten_messages(exc.messages))
         if problems:   # every problem of the row at once, not one per run

@@ -186,6 +186,8 @@ def _conversion(field: pw.Field, sqlite: bool) -> Callable[[Any], Any] | None:
         return jsoncodec.decode
     if isinstance(field, (pw.DecimalField, pw.BooleanField)):
         return field.python_value
+    if isinstance(field, pw.CharField) and type(field).python_value is not pw.CharField.python_value:
+        return field.python_value   # text that the field reads as something else (models.RegionsField)
     return None
 
 

@@ -13,9 +13,7 @@ not from a browser page, could forge either anyway, and is let through to the ot
 from __future__ import annotations
 
 import re
-import statistics
 import time
-from collections import deque
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -34,7 +32,7 @@ from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
                        flatten_messages)
 from .schemas import (BLANK_PATTERN, HONEYPOT, NAME_LENGTH, NOT_BLANK_PATTERN, FormReceiptSchema, FormSubmissionSchema,
-                      is_blank, trim)
+                      is_blank, phones_of, trim)
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -165,27 +163,17 @@ def submission() -> tuple[Mapping[str, Any], bool]:
     return blp.ARGUMENTS_PARSER.load_json(request, FormSubmissionSchema()), False
 
 
-# How long the latest submissions that created a lead took to accept, in this process. One that
-# creates nothing (a duplicate, or the honeypot's) does less work, and waits out the difference to
-# their median: an anonymous caller must not time which phones and e-mails are leads already.
-# The waits themselves overrun by a fraction of a millisecond, which the next waits allow for.
-_CREATING_SECONDS: deque[float] = deque(maxlen=64)
-_OVERRUN_SECONDS: deque[float] = deque([0.0], maxlen=64)
-
-
 def accept_in_even_time(form: Form, data: Mapping[str, Any], refs: Refs) -> None:
-    """accept(), taking about as long whether it created a lead or not."""
-    started = time.perf_counter()
-    created = accept(form, data, refs)
-    finished = time.perf_counter()
-    if created is not None and not created.duplicate:
-        _CREATING_SECONDS.append(finished - started)
-        return
-    wait = (statistics.median(_CREATING_SECONDS) if _CREATING_SECONDS else 0.0) - (finished - started)
-    wait -= statistics.median(_OVERRUN_SECONDS)
-    if wait > 0:
-        time.sleep(wait)
-        _OVERRUN_SECONDS.append(max(0.0, time.perf_counter() - finished - wait))
+    """accept(), answered no sooner than forms.answer_floor_ms after it began, whatever came of it
+    (a new lead, a duplicate, the honeypot's drop or a refusal): an anonymous caller must not time
+    which phones and e-mails are leads already. Every outcome waits for the same floor, so none
+    is told by a fast tail of its own, as long as the work itself stays under the floor."""
+    deadline = time.perf_counter() + settings()["forms"]["answer_floor_ms"] / 1000
+    try:
+        accept(form, data, refs)
+    finally:
+        while (wait := deadline - time.perf_counter()) > 0:
+            time.sleep(wait)
 
 
 def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created | None:
@@ -194,7 +182,8 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
         return None
     errors: dict[str, list[str]] = {}
     try:
-        fields = FormSubmissionSchema().load(data)
+        with phones_of(form.workspace):
+            fields = FormSubmissionSchema().load(data)
     except ma.ValidationError as exc:
         fields, errors = {}, flatten_messages(exc.messages)
     if form.consent_required and data.get(CONSENT) is not True and CONSENT not in errors:

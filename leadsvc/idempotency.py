@@ -13,26 +13,34 @@ Hooked once in create_app, so every POST of every blueprint takes part:
   and then replay its response; the view's own transactions become savepoints; the response is
   written into the row in the same transaction as the changes it reports, so a crash keeps
   neither, and a retry then runs afresh.
+- A view whose class says `commits_in_steps` (the batch) commits its own steps instead, as it does
+  without a key: holding one transaction across them would hold SQLite's write lock, and every
+  other workspace's writes, for the whole request. Its key's reservation and its recorded
+  response are then each a short transaction of their own; a concurrent request with the key is
+  409 while the reservation is open, and a reservation its process never finished lapses after
+  RESERVED_FOR, so that a retry then runs afresh.
 - Recorded: 2xx, and 4xx other than 401, 403 and 429 (those depend on the token or the moment,
   not on the request). A secret shown once (a new webhook's) is recorded as null: a replay
-  never shows it again. On a 5xx everything the request did rolls back and nothing is recorded.
+  never shows it again. On a 5xx nothing is recorded, and everything the request did rolls back
+  (but the steps a view that commits in steps had committed).
 - A request that waits for another with its key longer than LOCK_WAIT_MS gets 409 `conflict`
   on PostgreSQL; SQLite queues all writers on its busy timeout, past which the answer is 503.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Callable
 
 import peewee as pw
 from apispec import BasePlugin
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, request
 
 from .auth import current_caller
 from .db import any_of, database, is_postgres, sqlstate, transaction
@@ -45,6 +53,8 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")   # printable ASCII without spaces, e.g. a UUID
 LEAD_IN_PATH = re.compile(r"<lead_id:(\w+)>")     # a route argument that names a lead
 KEEP = timedelta(hours=24)
+# How long an unfinished reservation blocks its key: far longer than any request runs.
+RESERVED_FOR = timedelta(minutes=10)
 REPLAYED_HEADERS = ("Content-Type", "Location", "ETag", "Link")
 UNRECORDED_STATUSES = frozenset({401, 403, 429})
 LOCK_WAIT_MS = 10_000
@@ -60,20 +70,32 @@ class _Rollback(Exception):
 
 @dataclass
 class Reservation:
-    """The key's row and the transaction held open around the request, from reserve to record."""
+    """The key's row, and the transaction held open around the request from reserve to record
+    (None when the request commits its own steps)."""
 
-    transaction: Any
-    row: IdempotencyKey | None = None
+    row: IdempotencyKey
+    transaction: Any = None
 
-    def end(self, commit: bool) -> None:
-        """Commit (errors propagate: the request then fails as a whole) or roll back (never raises)."""
-        if commit:
-            self.transaction.__exit__(None, None, None)
+    def keep(self, write: Callable[[], Any]) -> None:
+        """Write the outcome into the key's row and commit (errors propagate: with a held
+        transaction the request then fails as a whole)."""
+        if self.transaction is None:
+            with transaction():
+                write()
             return
+        write()
+        self.transaction.__exit__(None, None, None)
+
+    def abandon(self) -> None:
+        """Roll back, or free the key of a request that committed its own steps (never raises)."""
         try:
-            self.transaction.__exit__(_Rollback, _Rollback(), None)
+            if self.transaction is None:
+                with transaction():
+                    IdempotencyKey.delete().where(IdempotencyKey.id == self.row.id).execute()
+            else:
+                self.transaction.__exit__(_Rollback, _Rollback(), None)
         except pw.PeeweeException:
-            pass   # the connection is gone, and the transaction with it; the pool discards it
+            pass   # the connection is gone: the transaction with it, and an open reservation lapses
 
 
 def init_app(app: Flask) -> None:
@@ -84,7 +106,7 @@ def init_app(app: Flask) -> None:
 
 
 def reserve() -> Response | None:
-    """Replay a recorded response, or reserve the key and let the request run in its transaction."""
+    """Replay a recorded response, or reserve the key (and let the request run in its transaction)."""
     key = request.headers.get(HEADER)
     if request.method != "POST" or key is None or request.routing_exception is not None:
         return None   # no route, no operation to repeat (and unknown routes are not rate limited)
@@ -96,14 +118,15 @@ def reserve() -> Response | None:
     recorded = _recorded(scope, key)
     if recorded is not None:
         return _replay(recorded, digest)
-    reservation = Reservation(transaction())
-    reservation.transaction.__enter__()
-    g.idempotency = reservation
+    held = None if _commits_in_steps() else transaction()
+    if held is not None:
+        held.__enter__()   # the request's own transaction: the reservation is its first write
     try:
-        reservation.row = _insert(scope, key, digest)
+        with transaction() if held is None else contextlib.nullcontext():
+            row = _insert(scope, key, digest)
     except (pw.IntegrityError, pw.OperationalError) as exc:
-        del g.idempotency
-        reservation.end(commit=False)
+        if held is not None:
+            Reservation(None, held).abandon()
         if isinstance(exc, pw.OperationalError) and not _lock_wait_expired(exc):
             raise
         recorded = _recorded(scope, key) if isinstance(exc, pw.IntegrityError) else None
@@ -111,7 +134,14 @@ def reserve() -> Response | None:
             raise Conflict("A request with this Idempotency-Key is still in progress; retry in a moment.",
                            headers={"Retry-After": "1"}) from None
         return _replay(recorded, digest)
+    g.idempotency = Reservation(row, held)
     return None
+
+
+def _commits_in_steps() -> bool:
+    """Whether the request's view commits its own steps (see the module's docstring)."""
+    view = current_app.view_functions.get(request.endpoint)
+    return getattr(getattr(view, "view_class", None), "commits_in_steps", False)
 
 
 def record(response: Response) -> Response:
@@ -120,17 +150,21 @@ def record(response: Response) -> Response:
     if reservation is None:
         return response
     if response.status_code >= 500:
-        reservation.end(commit=False)
+        reservation.abandon()
         return response
     row = reservation.row
-    if response.status_code in UNRECORDED_STATUSES or response.is_streamed:
-        IdempotencyKey.delete().where(IdempotencyKey.id == row.id).execute()
-    else:
+
+    def write() -> None:
+        if response.status_code in UNRECORDED_STATUSES or response.is_streamed:
+            IdempotencyKey.delete().where(IdempotencyKey.id == row.id).execute()
+            return
         row.status = response.status_code
         row.headers = {name: response.headers[name] for name in REPLAYED_HEADERS if name in response.headers}
         row.body = _without_secret(response.get_data()) if g.pop("shows_secret", False) else response.get_data()
+        row.expires_at = row.created_at + KEEP
         row.save()
-    reservation.end(commit=True)
+
+    reservation.keep(write)
     return response
 
 
@@ -149,7 +183,7 @@ def release(exc: BaseException | None) -> None:
     """A request that ended without record() (an error in a later hook) rolls back."""
     reservation = g.pop("idempotency", None)
     if reservation is not None:
-        reservation.end(commit=False)
+        reservation.abandon()
 
 
 def request_hash() -> str:
@@ -196,7 +230,8 @@ def _insert(scope: str, key: str, digest: str) -> IdempotencyKey:
     try:
         with database.atomic():   # a savepoint: a failed insert leaves the transaction usable
             return IdempotencyKey.create(scope=scope, key=key, request_hash=digest, status=0, headers={},
-                                         body=b"", created_at=now, expires_at=now + KEEP, lead_public_id=_lead_named())
+                                         body=b"", created_at=now, expires_at=now + RESERVED_FOR,
+                                         lead_public_id=_lead_named())
     finally:
         if is_postgres():
             database.execute_sql("SET LOCAL lock_timeout TO DEFAULT")
@@ -249,8 +284,9 @@ class IdempotencySpecPlugin(BasePlugin):
             "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
                            "gets the first response again (with `Idempotent-Replayed: true`); the same key "
                            "with another body is 422; a retry while the first is still running waits for "
-                           "it (409, or 503 on SQLite, if that takes too long). 2xx and 4xx answers are kept, except 401, "
-                           "403 and 429; a 5xx keeps nothing and changes nothing. Keys belong to the "
+                           "it (409, or 503 on SQLite, if that takes too long; a batch's retry is 409 at once). 2xx and 4xx answers are kept, except 401, "
+                           "403 and 429; a 5xx keeps nothing and changes nothing (a batch keeps the items it "
+                           "created before it). Keys belong to the "
                            "token that sent them (to the client IP without a token).",
         })
 

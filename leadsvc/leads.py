@@ -106,6 +106,8 @@ class Leads(MethodView):
 
 @blp.route("/batch")
 class LeadsBatch(MethodView):
+    commits_in_steps = True   # each item commits alone, with an Idempotency-Key too (idempotency.py)
+
     @requires("leads:create")
     @blp.arguments(LeadBatchSchema())
     @blp.response(200, LeadBatchResultSchema, description="One result per item, in the order sent.")

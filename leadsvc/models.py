@@ -80,11 +80,23 @@ class BaseModel(pw.Model):
         legacy_table_names = False
 
 
+class RegionsField(pw.CharField):
+    """A tuple of region codes (setup's phone_regions), stored comma-separated."""
+
+    def db_value(self, value):
+        return None if value is None else ",".join(value)
+
+    def python_value(self, value):
+        return None if value is None else tuple(value.split(","))
+
+
 class Workspace(BaseModel):
     public_id = PublicIdField("ws_")
     name = pw.CharField(max_length=100, unique=True)
     timezone = pw.CharField(max_length=64, default="Asia/Kolkata")
     currency = pw.CharField(max_length=3, default="INR")
+    # The regions whose mobiles its leads' phones may be (schemas.normalize_mobile).
+    phone_regions = RegionsField(max_length=1000, default=("IN",))
     # Round-robin position of the fallback rotation (the last member it gave a lead to).
     rotation_last_member_id = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)

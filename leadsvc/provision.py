@@ -46,6 +46,21 @@ class WorkspaceSection(ma.Schema):
     currency = ma.fields.String(load_default="INR", validate=validate.Regexp(r"^[A-Z]{3}$",
                                                                              error="Use a 3-letter ISO 4217 code."))
 
+    phone_regions = ma.fields.List(ma.fields.String(), load_default=["IN"])
+
+    @ma.validates("phone_regions")
+    def _known_regions(self, value, **kwargs):
+        import phonenumbers
+
+        unknown = [region for region in value if region not in phonenumbers.SUPPORTED_REGIONS]
+        if unknown:
+            raise ma.ValidationError(f"Unknown region {', '.join(map(repr, unknown))}; use ISO 3166 codes like "
+                                     "\"IN\", \"AE\", \"GB\", \"US\".")
+        if "IN" not in value:   # a number written without + is read as Indian, so India is always taken
+            raise ma.ValidationError('List "IN" too: a number written without + is read as Indian.')
+        if len(set(value)) < len(value):
+            raise ma.ValidationError("A region appears twice.")
+
     @ma.validates("timezone")
     def _known_zone(self, value, **kwargs):
         try:
@@ -330,11 +345,13 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
     with transaction():
         ws = data["workspace"]
         workspace = Workspace.get_or_none(Workspace.name == ws["name"])
+        regions = tuple(ws["phone_regions"])
         if workspace is None:
-            workspace = Workspace.create(name=ws["name"], timezone=ws["timezone"], currency=ws["currency"])
-        elif (workspace.timezone, workspace.currency) != (ws["timezone"], ws["currency"]):
-            workspace.timezone, workspace.currency = ws["timezone"], ws["currency"]
-            workspace.save(only=[Workspace.timezone, Workspace.currency])
+            workspace = Workspace.create(name=ws["name"], timezone=ws["timezone"], currency=ws["currency"],
+                                         phone_regions=regions)
+        elif (workspace.timezone, workspace.currency, workspace.phone_regions) != (ws["timezone"], ws["currency"], regions):
+            workspace.timezone, workspace.currency, workspace.phone_regions = ws["timezone"], ws["currency"], regions
+            workspace.save(only=[Workspace.timezone, Workspace.currency, Workspace.phone_regions])
         result = SetupResult(workspace=workspace.public_id)
 
         teams = {t.name: t for t in Team.select().where(Team.workspace == workspace.id)}

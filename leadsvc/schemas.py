@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import cache, lru_cache
@@ -10,7 +13,7 @@ from functools import cache, lru_cache
 import marshmallow as ma
 from apispec import BasePlugin
 
-from .models import CONTACT_KINDS, public_id_pattern, public_id_regex, utcnow
+from .models import CONTACT_KINDS, Workspace, public_id_pattern, public_id_regex, utcnow
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -174,10 +177,31 @@ class Text(ma.fields.String):
         return trim(super()._deserialize(value, attr, data, **kwargs))
 
 
-class IndianMobile(ma.fields.String):
-    """An Indian mobile number in any common spelling, stored as E.164 (+91XXXXXXXXXX)."""
+# The regions whose mobiles a phone may be: the workspace's phone_regions (setup), wherever the
+# code that loads a schema knows the workspace (with phones_of), else India's alone.
+MOBILE_REGIONS: ContextVar[tuple[str, ...]] = ContextVar("mobile_regions", default=("IN",))
 
-    default_error_messages = {"invalid_mobile": "Enter a valid Indian mobile number, such as +91 98765 43210."}
+
+@contextmanager
+def phones_of(workspace: Workspace) -> Iterator[None]:
+    """Phones loaded inside the block are read as the workspace takes them (its phone_regions)."""
+    token = MOBILE_REGIONS.set(workspace.phone_regions)
+    try:
+        yield
+    finally:
+        MOBILE_REGIONS.reset(token)
+
+
+def invalid_mobile_message(regions: tuple[str, ...]) -> str:
+    if regions == ("IN",):
+        return "Enter a valid Indian mobile number, such as +91 98765 43210."
+    return (f"Enter a valid mobile number of {', '.join(regions)}: an Indian one such as +91 98765 43210, "
+            "any other with its + country code.")
+
+
+class Mobile(ma.fields.String):
+    """A mobile number of the workspace's phone regions in any common spelling, stored as E.164."""
+
     MAX_LENGTH = 32   # longer is no phone number however it is spelt
 
     def __init__(self, **kwargs):
@@ -186,9 +210,10 @@ class IndianMobile(ma.fields.String):
 
     def _deserialize(self, value, attr, data, **kwargs):
         raw = trim(super()._deserialize(value, attr, data, **kwargs))
-        normalized = normalize_indian_mobile(raw) if len(raw) <= self.MAX_LENGTH else None
+        regions = MOBILE_REGIONS.get()
+        normalized = normalize_mobile(raw, regions) if len(raw) <= self.MAX_LENGTH else None
         if normalized is None:
-            raise self.make_error("invalid_mobile")
+            raise ma.ValidationError(invalid_mobile_message(regions))
         return normalized
 
 
@@ -207,22 +232,26 @@ def is_phone_text(text: str) -> bool:
 
 
 @lru_cache(maxsize=4096)   # a pure function; repeats (duplicates, imports) cost nothing
-def normalize_indian_mobile(raw: str) -> str | None:
+def normalize_mobile(raw: str, regions: tuple[str, ...] = ("IN",)) -> str | None:
+    """The phone rule, wherever a phone comes in: raw as E.164 when it spells a mobile number of
+    one of the regions (one without + is read as Indian), else None."""
     import phonenumbers
     from phonenumbers import PhoneNumber, PhoneNumberFormat, PhoneNumberType
 
     if not is_phone_text(raw):
         return None
     e164 = _INDIAN_E164.fullmatch(raw)
-    if e164 is not None:   # the spelling clients mostly send: its type, without parse (2/3 of the cost)
+    if e164 is not None and "IN" in regions:   # the spelling clients mostly send: its type, without parse
         number = PhoneNumber(country_code=91, national_number=int(e164[1]))
         return raw if phonenumbers.number_type(number) == PhoneNumberType.MOBILE else None
     try:
         number = phonenumbers.parse(raw, "IN")
     except phonenumbers.NumberParseException:
         return None
-    # +91 is India's alone, so a number of type MOBILE there is also a valid number of the region.
-    if number.country_code != 91 or number.extension or phonenumbers.number_type(number) != PhoneNumberType.MOBILE:
+    region = phonenumbers.region_code_for_number(number)
+    # A region whose plan cannot tell mobiles from fixed lines (the US, Canada) says "either".
+    if (number.extension or region not in regions or not phonenumbers.is_valid_number_for_region(number, region)
+            or phonenumbers.number_type(number) not in (PhoneNumberType.MOBILE, PhoneNumberType.FIXED_LINE_OR_MOBILE)):
         return None
     return phonenumbers.format_number(number, PhoneNumberFormat.E164)
 
@@ -357,7 +386,7 @@ class ConsentGivenSchema(ma.Schema):
 class PhoneOrEmailSchema(ma.Schema):
     """A person's phone or e-mail, or both: a lead's contact, or who a privacy request is about."""
 
-    phone = IndianMobile(metadata={"example": "+919876543210"})
+    phone = Mobile(metadata={"example": "+919876543210"})
     email = LowerEmail(metadata={"example": "asha@example.com"})
 
     class Meta:
@@ -404,7 +433,7 @@ class LeadBatchSchema(ma.Schema):
 class LeadPatchSchema(ma.Schema):
     first_name = Text(NAME_LENGTH, allow_none=True)
     last_name = Text(NAME_LENGTH, allow_none=True)
-    phone = IndianMobile(allow_none=True)
+    phone = Mobile(allow_none=True)
     email = LowerEmail(allow_none=True)
     source = PublicId("src_", allow_none=True)
     estimated_value = Money(allow_none=True)

@@ -147,6 +147,7 @@ WEBHOOK_SECRET_KEY = "test-webhook-secret-key-0123456789abcdef"
 WEBHOOK_TEST_SETTINGS = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rate_limits": {"enabled": False},
+    "forms": {"answer_floor_ms": 0},   # the floor has its own test (test_forms.py); others need not wait it
     "webhooks": WEBHOOK_TEST_SETTINGS,
 }
 # The same, for processes configured by the environment.

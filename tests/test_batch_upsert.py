@@ -157,13 +157,53 @@ def test_an_idempotency_key_covers_the_whole_batch(client, ws):
 
 
 def test_with_an_idempotency_key_a_failed_item_still_leaves_the_others(client, ws):
-    # The key's transaction holds the whole batch; each item is then a savepoint of it.
     headers = {**ws.headers(), "Idempotency-Key": "batch-key-2"}
     items = [lead_body(ws), lead_body(ws, source="src_0000000000000000"), lead_body(ws)]
     response = batch(client, ws, items, headers=headers)
     assert [r["status"] for r in response.json["data"]] == [201, 422, 201]
     assert Lead.select().where(Lead.phone.in_([items[0]["phone"], items[2]["phone"]])).count() == 2
     assert not Lead.select().where(Lead.phone == items[1]["phone"]).exists()
+
+
+
+def test_a_keyed_batch_commits_item_by_item_so_other_writes_go_on_meanwhile(app, ws, other_ws, monkeypatch):
+    """A keyed batch held halfway has committed the items before the hold, and neither a create in
+    another workspace nor a retry of the batch waits for it: the key holds no transaction across
+    the items. The batch then answers as usual, and a retry replays that answer."""
+    from leadsvc import leads
+
+    items = [lead_body(ws) for _ in range(100)]
+    hold_at, halfway, go = items[50]["phone"], threading.Event(), threading.Event()
+    create_answer = leads.create_answer
+
+    def held_halfway(data, who, refs):
+        if data.get("phone") == hold_at:
+            halfway.set()
+            go.wait(60)
+        return create_answer(data, who, refs)
+
+    monkeypatch.setattr(leads, "create_answer", held_halfway)
+    headers = {**ws.headers(), "Idempotency-Key": "held-batch"}
+    answers = []
+    batch_thread = threading.Thread(target=lambda: answers.append(batch(app.test_client(), ws, items, headers=headers)))
+    batch_thread.start()
+    try:
+        assert halfway.wait(60), "the batch never reached its 51st item"
+        client = app.test_client()
+        other = client.post("/api/v1/leads", json=lead_body(other_ws), headers=other_ws.headers())
+        retry = batch(client, ws, items, headers=headers)
+        committed = Lead.select().where(Lead.phone.in_([item["phone"] for item in items])).count()
+    finally:
+        go.set()
+        batch_thread.join(120)
+    assert other.status_code == 201, other.json
+    assert retry.status_code == 409 and retry.json["code"] == "conflict" and retry.headers["Retry-After"] == "1"
+    assert committed == 50, "the items before the hold are committed"
+    [first] = answers
+    assert first.status_code == 200 and first.json["meta"]["created"] == 100
+    again = batch(app.test_client(), ws, items, headers=headers)
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json == first.json
 
 
 # --- upsert ----------------------------------------------------------------------------------

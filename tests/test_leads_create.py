@@ -43,9 +43,9 @@ def test_an_e164_mobile_gets_the_answer_phonenumbers_parse_gives():
     the parse. For every four-digit start (the mobile ranges are allocated by them) both agree."""
     import random
 
-    from leadsvc.schemas import normalize_indian_mobile
+    from leadsvc.schemas import normalize_mobile
 
-    normalize = normalize_indian_mobile.__wrapped__   # uncached
+    normalize = normalize_mobile.__wrapped__   # uncached
     rng = random.Random(7)
     answers = set()
     for start in range(1000, 10000):
@@ -325,3 +325,82 @@ def test_a_phone_with_a_letter_is_422_on_every_way_in_never_keypad_digits(
     errors, phones = phone_through(path, client, ws, phone, tmp_path, database_url)
     assert errors is not None and "Indian mobile" in " ".join(errors.get("phone", [])), errors
     assert phones == [], "nothing was stored, least of all the letters read as keypad digits"
+
+
+# --- phone regions (setup's [workspace] phone_regions) -----------------------------------------
+
+NRI_REGIONS = ["IN", "AE", "GB", "US"]
+UAE_MOBILE, UK_MOBILE, US_NUMBER = "+971 50 123 4567", "+44 7400 123456", "+1 650 253 0000"
+
+
+@pytest.fixture
+def nri_ws(make_workspace):
+    return make_workspace(lambda data: data["workspace"].update(phone_regions=NRI_REGIONS))
+
+
+@pytest.mark.parametrize("raw, stored", [(UAE_MOBILE, "+971501234567"), ("00971 50 123 4567", "+971501234567"),
+                                         (UK_MOBILE, "+447400123456"), (US_NUMBER, "+16502530000"),
+                                         ("98765 43210", "+919876543210")])
+def test_a_workspace_with_phone_regions_takes_the_mobiles_of_those_regions(client, nri_ws, raw, stored):
+    response = client.post("/api/v1/leads", json=lead_body(nri_ws, phone=raw), headers=nri_ws.headers())
+    assert response.status_code == 201, response.json
+    assert response.json["data"]["contact"]["phone"] == stored
+
+
+@pytest.mark.parametrize("raw", ["+971 4 123 4567", "+33 6 12 34 56 78", "+44 20 7946 0958", "50 123 4567"])
+def test_phone_regions_still_refuse_landlines_other_regions_and_foreign_numbers_without_plus(client, nri_ws, raw):
+    response = client.post("/api/v1/leads", json=lead_body(nri_ws, phone=raw), headers=nri_ws.headers())
+    assert response.status_code == 422 and "AE, GB, US" in response.json["errors"]["phone"][0]
+
+
+def test_the_default_phone_regions_take_indian_mobiles_alone(client, ws):
+    response = client.post("/api/v1/leads", json=lead_body(ws, phone=UAE_MOBILE), headers=ws.headers())
+    assert response.status_code == 422
+    assert response.json["errors"]["phone"] == ["Enter a valid Indian mobile number, such as +91 98765 43210."]
+
+
+def test_a_foreign_mobile_is_a_duplicate_however_it_is_spelt_in_a_create_and_a_batch(client, nri_ws):
+    first = create_lead(client, nri_ws, phone=UAE_MOBILE)
+    again = client.post("/api/v1/leads", json=lead_body(nri_ws, phone="00971-50-123-4567"), headers=nri_ws.headers())
+    assert again.status_code == 200 and again.json["matched_on"] == ["phone"] and again.json["data"]["id"] == first["id"]
+    batch = client.post("/api/v1/leads/batch", json={"leads": [lead_body(nri_ws, phone="+971501234567"),
+                                                              lead_body(nri_ws, phone=UK_MOBILE)]},
+                        headers=nri_ws.headers())
+    assert [item["status"] for item in batch.json["data"]] == [200, 201]
+
+
+@pytest.mark.parametrize("q", ["+971 50 123 4567", "50 123 4567", "4567"])
+def test_search_by_phone_suffix_finds_a_foreign_mobile(client, nri_ws, q):
+    lead = create_lead(client, nri_ws, phone=UAE_MOBILE)
+    found = client.get("/api/v1/leads", query_string={"q": q}, headers=nri_ws.headers())
+    assert found.status_code == 200 and lead["id"] in [item["id"] for item in found.json["data"]]
+
+
+def test_erasure_and_access_by_phone_find_a_foreign_mobile(client, nri_ws):
+    lead = create_lead(client, nri_ws, phone=UK_MOBILE)
+    subject = client.get("/api/v1/privacy/subject", query_string={"phone": "+44 7400 123 456"}, headers=nri_ws.headers())
+    assert subject.status_code == 200 and [item["id"] for item in subject.json["data"]["leads"]] == [lead["id"]]
+    erased = client.post("/api/v1/privacy/erasures", json={"phone": "0044 7400 123456", "reason": "asked"},
+                         headers=nri_ws.headers())
+    assert erased.status_code == 200 and erased.json["data"]["erased"] == [lead["id"]]
+
+
+def test_a_web_form_of_a_workspace_with_phone_regions_takes_their_mobiles(client, make_workspace):
+    def nri_with_form(data):
+        data["workspace"]["phone_regions"] = NRI_REGIONS
+        data["forms"] = [{"name": "NRI enquiry", "source": "Website"}]
+
+    tenant = make_workspace(nri_with_form)
+    form_id = tenant.ids.forms["NRI enquiry"]
+    response = client.post(f"/api/v1/forms/{form_id}/submissions", json={"phone": US_NUMBER})
+    assert response.status_code == 201
+    workspace = Workspace.get(Workspace.public_id == tenant.public_id)
+    assert Lead.select().where((Lead.workspace == workspace.id) & (Lead.phone == "+16502530000")).exists()
+
+
+def test_the_csv_import_takes_the_mobiles_of_the_workspace_regions(run_cli, nri_ws, tmp_path):
+    path = tmp_path / "nri.csv"
+    path.write_text(f"first_name,phone\nAsha,{UAE_MOBILE}\nRavi,+33 6 12 34 56 78\n")
+    result = run_cli("import", str(path), "--workspace", nri_ws.public_id)
+    assert "2 rows, 1 created" in result.stdout, result.stdout
+    assert Lead.select().where(Lead.phone == "+971501234567").exists()

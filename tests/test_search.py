@@ -259,13 +259,17 @@ def migrated_up_to(target: str, backend, tmp_path, request):
     that takes it further."""
     from test_contract import fresh_database
     from leadsvc.db import MigrationRunner
-    from leadsvc.models import Status, Workspace
+    from leadsvc.models import Status, Workspace, new_public_id
     db = fresh_database(backend, tmp_path, request)
     runner = MigrationRunner(db, table_name="schema_migration")
     with db.atomic():
         runner.up(target=target)
+    # The workspace row with the columns of 0001 alone (the model has later ones).
+    table = pw.Table("workspace").bind(db)
+    table.insert(public_id=new_public_id("ws_"), name=f"Before {target}", timezone="Asia/Kolkata", currency="INR",
+                 created_at=datetime(2026, 1, 1), refs_version=0).execute()
     with db.bind_ctx([Workspace, Status]):
-        workspace = Workspace.create(name=f"Before {target}")
+        workspace = Workspace.select(Workspace.id).where(Workspace.name == f"Before {target}").get()
         status = Status.create(workspace=workspace, name="New", position=1, kind="open")
     return db, runner, workspace, status
 
