@@ -240,18 +240,20 @@ def normalize_mobile(raw: str, regions: tuple[str, ...] = ("IN",)) -> str | None
 
     if not is_phone_text(raw):
         return None
+    # A range whose plan cannot tell mobiles from fixed lines (all of the US and Canada, a few of
+    # India's) says "either": such a number may be a mobile, so it is taken, on both paths below.
+    mobile_types = (PhoneNumberType.MOBILE, PhoneNumberType.FIXED_LINE_OR_MOBILE)
     e164 = _INDIAN_E164.fullmatch(raw)
     if e164 is not None and "IN" in regions:   # the spelling clients mostly send: its type, without parse
         number = PhoneNumber(country_code=91, national_number=int(e164[1]))
-        return raw if phonenumbers.number_type(number) == PhoneNumberType.MOBILE else None
+        return raw if phonenumbers.number_type(number) in mobile_types else None
     try:
         number = phonenumbers.parse(raw, "IN")
     except phonenumbers.NumberParseException:
         return None
     region = phonenumbers.region_code_for_number(number)
-    # A region whose plan cannot tell mobiles from fixed lines (the US, Canada) says "either".
     if (number.extension or region not in regions or not phonenumbers.is_valid_number_for_region(number, region)
-            or phonenumbers.number_type(number) not in (PhoneNumberType.MOBILE, PhoneNumberType.FIXED_LINE_OR_MOBILE)):
+            or phonenumbers.number_type(number) not in mobile_types):
         return None
     return phonenumbers.format_number(number, PhoneNumberFormat.E164)
 

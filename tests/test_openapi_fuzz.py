@@ -41,7 +41,8 @@ def api_schema(app, ws, real_ids, monkeypatch):
     for name, value in {"CONTRACT_TOKEN": ws.token(), "CONTRACT_LEAD": real_ids["ld"][0],
                         "CONTRACT_FORM": ws.ids.forms["Enquiry"], "CONTRACT_STATUS": ws.ids.statuses["Contacted"],
                         "CONTRACT_WEBHOOK": real_ids["webhook"][0], "CONTRACT_SPARE_WEBHOOK": real_ids["webhook"][1],
-                        "CONTRACT_DELIVERY": real_ids["delivery"][0]}.items():
+                        "CONTRACT_DELIVERY": real_ids["delivery"][0], "CONTRACT_NOTE": real_ids["note"][0],
+                        "CONTRACT_SPARE_NOTE": real_ids["note"][1]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -54,10 +55,13 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     hook, spare = (client.post("/api/v1/webhooks", json={"url": "http://127.0.0.1:9/fuzz", "events": ["*"]},
                                headers=ws.headers()).json["data"]["id"] for _ in range(2))
     delivery = client.post(f"/api/v1/webhooks/{hook}/test", headers=ws.headers()).json["data"]["id"]
+    notes = [client.post(f"/api/v1/leads/{leads[0]}/notes", json={"body": "Fuzz"}, headers=ws.headers()).json["data"]["id"]
+             for _ in range(2)]
     ids = ws.ids
     return {"ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
-            "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery]}
+            "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery],
+            "note": notes}
 
 
 def pick(value: str, choices: list[str]) -> str:

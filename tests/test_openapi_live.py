@@ -40,7 +40,7 @@ def served_demo(tmp_path):
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
-    webhook and one of its deliveries."""
+    webhook and one of its deliveries, and two notes."""
     status, created = call("POST", f"{base}/api/v1/leads", token, {"first_name": "Live", "email": "live@contract.test"})
     assert status == 201, created
     forms = call("GET", f"{base}/api/v1/forms", token)[1]["data"]
@@ -48,10 +48,13 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
     hook, spare = (call("POST", f"{base}/api/v1/webhooks", token, {"url": "http://127.0.0.1:9/live", "events": ["*"]})[1]
                    for _ in range(2))
     delivery = call("POST", f"{base}/api/v1/webhooks/{hook['data']['id']}/test", token)[1]["data"]
+    note, spare_note = (call("POST", f"{base}/api/v1/leads/{created['data']['id']}/notes", token, {"body": "Live"})[1]
+                        for _ in range(2))
     return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
             "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted"),
             "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],
-            "CONTRACT_DELIVERY": delivery["id"]}
+            "CONTRACT_DELIVERY": delivery["id"], "CONTRACT_NOTE": note["data"]["id"],
+            "CONTRACT_SPARE_NOTE": spare_note["data"]["id"]}
 
 
 @pytest.mark.slow

@@ -69,7 +69,8 @@ def test_a_method_http_does_not_define_is_501_on_every_route(client, ws, method,
     assert_problem(client.open(path, method=method, headers=ws.headers()), 501, "not_implemented")
 
 
-@pytest.mark.parametrize("method, path", [("TRACE", "/healthz"), ("CONNECT", LEADS), ("PUT", "/healthz")])
+@pytest.mark.parametrize("method, path", [("TRACE", "/healthz"), ("CONNECT", LEADS), ("PUT", "/healthz"),
+                                          ("QUERY", LEADS)])
 def test_a_method_http_defines_that_a_route_does_not_take_is_405(client, ws, method, path):
     response = client.open(path, method=method, headers=ws.headers())
     assert_problem(response, 405, "method_not_allowed")
