@@ -173,8 +173,8 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     on_duplicate = data.get("on_duplicate") or "ignore"
     if on_duplicate != "ignore":
-        actor.require("leads:update", f"A lead with this {' and '.join(matched_on)} exists; "
-                                      f"on_duplicate={on_duplicate} needs the leads:update ability. Nothing was changed.")
+        actor.require("leads:update", f"A lead with this {' and '.join(matched_on)} exists; on_duplicate="
+                                      f"{on_duplicate} needs the leads:update ability. Nothing was changed.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     record_activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
                     {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}

@@ -37,7 +37,8 @@ class Refs:
         ws = workspace.id
         return cls(
             workspace=workspace,
-            statuses={s.id: s for s in Status.select().where(Status.workspace == ws).order_by(Status.position, Status.id)},
+            statuses={s.id: s for s in Status.select().where(Status.workspace == ws)
+                      .order_by(Status.position, Status.id)},
             sources={s.id: s for s in Source.select().where(Source.workspace == ws).order_by(Source.name)},
             members={m.id: m for m in Member.select().where(Member.workspace == ws).order_by(Member.name, Member.id)},
             teams={t.id: t for t in Team.select().where(Team.workspace == ws).order_by(Team.name)},
