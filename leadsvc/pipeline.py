@@ -1,7 +1,9 @@
-"""Create, update and move leads: one transaction each, with audit entry, timeline and event in it.
+"""Create, update and move leads, and add notes and activities: one transaction each, with audit
+entry, timeline and event in it (a batch is single creates, each in its own).
 
 The API, web forms and CSV import all come through here, so validation against the workspace's
-definitions, duplicate detection, routing and scoring happen the same way for every lead.
+definitions, duplicate detection, routing and scoring happen the same way for every lead, and an
+item that fails is answered the same way (item_failure).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class CustomFields(MethodView):
     @blp.response(200, page_of(CustomFieldSchema))
     def get(self):
         """List the custom fields a lead may carry"""
-        return whole_page(request_refs().custom_fields.values())
+        return whole_page(sorted(request_refs().custom_fields.values(), key=lambda f: (f.position, f.name)))
 
 
 @blp.route("/lost-reasons")

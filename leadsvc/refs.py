@@ -18,8 +18,9 @@ from .models import CustomField, LostReason, Member, Rule, Source, Status, Team,
 
 @dataclass
 class Refs:
-    """A workspace's reference tables by internal id (custom fields by name), each in the order
-    its reference-data endpoint lists it."""
+    """A workspace's reference tables by internal id (custom fields by name); statuses, sources,
+    members, teams and lost reasons in the order their reference-data endpoints list them (the
+    order of custom fields is left as it was: a lead's score reasons follow it)."""
 
     workspace: Workspace
     statuses: dict[int, Status]
@@ -42,8 +43,7 @@ class Refs:
             sources={s.id: s for s in Source.select().where(Source.workspace == ws).order_by(Source.name)},
             members={m.id: m for m in Member.select().where(Member.workspace == ws).order_by(Member.name, Member.id)},
             teams={t.id: t for t in Team.select().where(Team.workspace == ws).order_by(Team.name)},
-            custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)
-                           .order_by(CustomField.position, CustomField.name)},
+            custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)},
             rules=list(Rule.select().where(Rule.workspace == ws).order_by(Rule.position, Rule.id)),
             settings=settings,
             webhooks=[(hook.id, frozenset(hook.events)) for hook in Webhook.select(Webhook.id, Webhook.events)
