@@ -18,7 +18,7 @@ from flask import g, request
 from .db import database, read_rows
 from .models import BASE62, Lead, Member, Note, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
-from .schemas import phones_of
+from .fields import phones_of
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
              "notes:write", "activities:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage")
@@ -207,8 +207,8 @@ def requires(ability: str | None = None) -> Callable:
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
             caller = authenticate()
-            if ability is not None and ability not in caller.abilities:
-                raise Forbidden(f"This token lacks the {ability} ability.")
+            if ability is not None:
+                require(ability, who=caller)
             with phones_of(caller.workspace):   # the request's phones are read as its workspace takes them
                 return view(*args, **kwargs)
 
@@ -225,6 +225,18 @@ def requires(ability: str | None = None) -> Callable:
 def caller() -> Caller:
     """The authenticated caller of the current request (after @requires)."""
     return authenticate()
+
+
+def may(ability: str, who: Caller | None = None) -> bool:
+    """Whether the caller (the current request's unless given) holds the ability: the one test
+    behind @requires and every other decision taken by ability."""
+    return ability in (who or caller()).abilities
+
+
+def require(ability: str, why: str | None = None, who: Caller | None = None) -> None:
+    """403, the answer @requires gives, unless the caller holds the ability; `why` says what needs it."""
+    if not may(ability, who):
+        raise Forbidden(why or f"This token lacks the {ability} ability.")
 
 
 # --- data scope ------------------------------------------------------------------------------

@@ -606,7 +606,8 @@ def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str
     """The workspace and the person's phone and e-mail, normalized as the API normalizes them."""
     import marshmallow as ma
 
-    from .schemas import SubjectQuery, phones_of
+    from .fields import phones_of
+    from .schemas import SubjectQuery
 
     _migrated_app(ctx)
     workspace = _workspace(workspace_id)
@@ -620,7 +621,7 @@ def _person(ctx: click.Context, workspace_id: str, phone: str | None, email: str
 
 
 def _refs(ctx: click.Context, workspace):
-    from .documents import cached_refs
+    from .refs import cached_refs
 
     return cached_refs(workspace, _app(ctx).config["LEADSVC"])
 

@@ -198,12 +198,13 @@ def _check_variable_names(environ: Mapping[str, str], variables: Mapping[str, An
 
 def _coerce(raw: str, default: Any, name: str) -> Any:
     if isinstance(default, bool):
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{name} must be true or false, not {raw!r}.")
+        # Imported here: custom_fields needs problems, which reads its settings from this module.
+        from .custom_fields import truth
+
+        answer = truth(raw.strip())
+        if answer is None:
+            raise ConfigError(f"{name} must be true or false, not {raw!r}.")
+        return answer
     if isinstance(default, int):
         try:
             return int(raw)

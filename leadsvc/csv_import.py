@@ -23,17 +23,18 @@ from typing import Any, Callable, TextIO
 import marshmallow as ma
 
 from . import pipeline
-from .documents import Refs
+from .custom_fields import cell_value
 from .export import COLUMNS as EXPORT_COLUMNS
 from .export import FORMULA_STARTS
+from .fields import phones_of, trim
+from .history import Actor
 from .models import Workspace
-from .problems import Problem, flatten_messages
-from .schemas import LeadCreateSchema, phones_of, trim
+from .problems import Problem
+from .refs import Refs
+from .schemas import LeadCreateSchema
 
 CONTACT_COLUMNS = ("first_name", "last_name", "phone", "email", "source", "estimated_value")
 IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS)
-TRUE_WORDS = ("true", "yes", "y", "1")
-FALSE_WORDS = ("false", "no", "n", "0")
 AMOUNT = re.compile(r"^\d[\d,]*(\.\d+)?$")   # 250000, 2,50,000.50 (any digit grouping)
 
 
@@ -92,7 +93,7 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
     refs = Refs.load(workspace, settings)
     reader = csv.reader(stream)
     columns = check_header(next(reader, None), refs)
-    actor = pipeline.Actor(workspace=workspace, request_id=f"import-{uuid.uuid4().hex[:16]}", via="import")
+    actor = Actor(workspace=workspace, request_id=f"import-{uuid.uuid4().hex[:16]}", via="import")
     schema = LeadCreateSchema()
     report = ImportReport(workspace=workspace.public_id)
     created_by_row: dict[str, int] = {}   # lead id -> the row of this file that created it
@@ -111,14 +112,14 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
             with phones_of(workspace):
                 data = schema.load(body)
         except ma.ValidationError as exc:
-            problems.update(flatten_messages(exc.messages))
+            problems.update(pipeline.item_failure(exc, "row")[1])
         if problems:   # every problem of the row at once, not one per run
             report.fail(row, problems)
             continue
         try:
             created = pipeline.create_lead(data, actor, refs)
         except Problem as exc:
-            report.fail(row, exc.errors or {"row": [exc.detail or exc.code]})
+            report.fail(row, pipeline.item_failure(exc, "row")[1])
             continue
         lead_id = created.lead.public_id
         if created.duplicate:
@@ -149,7 +150,7 @@ def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[st
             elif name == "estimated_value":
                 body["estimated_value"] = _amount(text)
             else:
-                custom[name] = _custom_value(text, refs.custom_fields[name].type)
+                custom[name] = cell_value(text, refs.custom_fields[name].type)
         except ValueError as exc:
             problems[name if name in CONTACT_COLUMNS else f"custom_fields.{name}"] = [str(exc)]
     if custom:
@@ -176,20 +177,3 @@ def _amount(text: str) -> float:
     if not AMOUNT.match(cleaned):
         raise ValueError(f"{text!r} is not an amount; write digits, e.g. 250000 or 2,50,000.50.")
     return float(cleaned.replace(",", ""))
-
-
-def _custom_value(text: str, kind: str) -> Any:
-    """The JSON value a custom field's cell stands for; the field's own checks run in the pipeline."""
-    if kind == "number":
-        try:
-            number = float(text.replace(",", ""))
-        except ValueError:
-            raise ValueError(f"{text!r} is not a number.") from None
-        return int(number) if number.is_integer() and "." not in text else number
-    if kind == "boolean":
-        if text.lower() in TRUE_WORDS:
-            return True
-        if text.lower() in FALSE_WORDS:
-            return False
-        raise ValueError(f"{text!r} is not yes or no (true/false, 1/0 also work).")
-    return text

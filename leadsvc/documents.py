@@ -1,122 +1,28 @@
-"""The JSON documents the API returns for leads and their history: each schema, published in the
-OpenAPI document, beside the function that builds the document (tests validate every built
-document against its schema).
+"""The JSON documents the API returns: each response schema, published in the OpenAPI document
+(the reference data, the list and single-resource envelopes, the lead and its history), beside
+the function that builds the lead's documents (tests validate every built document against its
+schema).
 
-Documents are built as plain data, without per-row queries: a `Refs` holds a workspace's small
-reference tables (statuses, sources, members, teams by internal id; custom fields and
-distribution rules too), cached per process while the workspace's refs_version stands, so a page
-of leads is one query and no internal id ever reaches a document.
+Lead documents are built as plain data from a workspace's cached reference tables (refs.py),
+without per-row queries, so a page of leads is one query and no internal id ever reaches a
+document.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-import hashlib
-from dataclasses import dataclass
-from typing import Any, Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any, Mapping
 
 import marshmallow as ma
-from flask import Response, g
+from flask import Response
 
 from . import jsoncodec
-from .db import database
-from .models import (Consent, CustomField, Form, Lead, LostReason, Member, Rule, Source, Status, Team, Token,
-                     Webhook, Workspace)
-from .schemas import MetaSchema, RefSchema, UtcDateTime, rfc3339
+from .fields import UtcDateTime, rfc3339
+from .models import Consent, Form, Lead, Member, Status, Token
 from .scoring import band
 
-
-@dataclass
-class Refs:
-    workspace: Workspace
-    statuses: dict[int, Status]
-    sources: dict[int, Source]
-    members: dict[int, Member]
-    teams: dict[int, Team]
-    custom_fields: dict[str, CustomField]   # by name
-    rules: list[Rule]                        # in the order they are tried (their rotation is read afresh)
-    settings: dict
-    webhooks: list[tuple[int, frozenset[str]]]   # the active webhooks and the event types each wants
-    lost_reasons: dict[int, LostReason]      # in setup order
-
-    @classmethod
-    def load(cls, workspace: Workspace, settings: dict) -> "Refs":
-        ws = workspace.id
-        return cls(
-            workspace=workspace,
-            statuses={s.id: s for s in Status.select().where(Status.workspace == ws)},
-            sources={s.id: s for s in Source.select().where(Source.workspace == ws)},
-            members={m.id: m for m in Member.select().where(Member.workspace == ws)},
-            teams={t.id: t for t in Team.select().where(Team.workspace == ws)},
-            custom_fields={f.name: f for f in CustomField.select().where(CustomField.workspace == ws)},
-            rules=list(Rule.select().where(Rule.workspace == ws).order_by(Rule.position, Rule.id)),
-            settings=settings,
-            webhooks=[(hook.id, frozenset(hook.events)) for hook in Webhook.select(Webhook.id, Webhook.events)
-                      .where((Webhook.workspace == ws) & Webhook.active)],
-            lost_reasons={r.id: r for r in LostReason.select().where(LostReason.workspace == ws)
-                          .order_by(LostReason.position, LostReason.id)},
-        )
-
-    def webhooks_for(self, event_type: str) -> list[int]:
-        """The active webhooks subscribed to this event type (or to "*")."""
-        return [hook for hook, wanted in self.webhooks if event_type in wanted or "*" in wanted]
-
-    def pipeline(self) -> list[Status]:
-        return sorted(self.statuses.values(), key=lambda s: (s.position, s.id))
-
-    def first_status(self) -> Status:
-        return self.pipeline()[0]
-
-    def by_public_id(self, table: dict[int, Any], public_id: str | None) -> Any:
-        return next((row for row in table.values() if row.public_id == public_id), None)
-
-    @functools.cached_property
-    def refs_of_leads(self) -> dict[str, dict[int | None, dict | None]]:
-        """The source, status, owner and team objects of lead documents by internal id, built once
-        per request rather than once per lead (attributes of models cost a call each)."""
-        return {"source": {None: None, **{i: ref(r) for i, r in self.sources.items()}},
-                "status": {i: status_ref(r) for i, r in self.statuses.items()},
-                "owner": {None: None, **{i: member_ref(r) for i, r in self.members.items()}},
-                "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}},
-                "lost_reason": {None: None, **{i: ref(r) for i, r in self.lost_reasons.items()}}}
-
-
-# (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
-# process while the workspace's refs_version (bumped by triggers on every change: migrations
-# 0004, 0005 and 0009) stands.
-_refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
-_REFS_CACHE_SIZE = 256
-
-
-def cached_refs(workspace: Workspace, settings: dict) -> Refs:
-    """The workspace's reference tables as of its refs_version, read from the database only when
-    that version moved; the workspace row and settings are the caller's own."""
-    key = (id(database.obj), workspace.id)
-    hit = _refs_cache.get(key)
-    if hit is None or hit[0] != workspace.refs_version:
-        # Loaded after the version was read, so a cached entry is never older than its version.
-        loaded = Refs.load(workspace, settings)
-        _ = loaded.refs_of_leads   # built now, once per version: the copies below share it
-        hit = (workspace.refs_version, loaded)
-        if len(_refs_cache) >= _REFS_CACHE_SIZE:
-            _refs_cache.clear()
-        _refs_cache[key] = hit
-    # A shallow copy: the tables and the lead documents' reference objects are the cached ones.
-    refs = copy.copy(hit[1])
-    refs.workspace, refs.settings = workspace, settings
-    return refs
-
-
-def request_refs() -> Refs:
-    """The caller's workspace reference tables, once per request (from the process cache)."""
-    from .auth import caller
-    from .config import settings
-
-    refs = g.get("refs")
-    if refs is None:
-        refs = g.refs = cached_refs(caller().workspace, settings())
-    return refs
+if TYPE_CHECKING:
+    from .refs import Refs
 
 
 def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -139,12 +45,104 @@ def member_ref(member: Member | None) -> dict | None:
     return None if member is None else {"id": member.public_id, "name": member.name, "role": member.role}
 
 
-def etag(lead: Any) -> str:
-    """A strong validator that changes with every write to the lead (its version)."""
-    return '"' + hashlib.sha256(f"{lead.public_id}:{lead.version}".encode()).hexdigest()[:20] + '"'
-
-
 # --- what the documents look like --------------------------------------------------------------
+
+class RefSchema(ma.Schema):
+    """A related record: its public id and name."""
+
+    id = ma.fields.String(attribute="public_id", required=True)
+    name = ma.fields.String(required=True)
+
+
+class TeamSchema(RefSchema):
+    pass
+
+
+class LostReasonSchema(RefSchema):
+    position = ma.fields.Integer(required=True)
+
+
+class SourceSchema(RefSchema):
+    score = ma.fields.Integer(required=True, metadata={"description": "Points a lead from this source scores."})
+
+
+class StatusSchema(RefSchema):
+    position = ma.fields.Integer(required=True)
+    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    next = ma.fields.List(ma.fields.String(), required=True,
+                          metadata={"description": "Ids of the statuses a lead may move to from this one."})
+
+
+class MemberSchema(RefSchema):
+    email = ma.fields.String(required=True)
+    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+    active = ma.fields.Boolean(required=True)
+
+
+class CustomFieldSchema(RefSchema):
+    label = ma.fields.String(required=True)
+    type = ma.fields.String(required=True, metadata={"enum": ["text", "number", "boolean", "date", "choice"]})
+    options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
+    personal = ma.fields.Boolean(required=True, metadata={
+        "description": "Holds personal data: erasing a lead clears this field's value."})
+
+
+class FormSchema(RefSchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True,
+                              metadata={"description": "The source the form's leads get."})
+    page_url = ma.fields.String(required=True, metadata={
+        "description": "The path of the form's HTML page (under the service's mount prefix), e.g. /forms/form_..."})
+    notice = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The privacy notice the form's page shows."})
+    notice_version = ma.fields.String(allow_none=True, required=True)
+    consent_required = ma.fields.Boolean(required=True, metadata={
+        "description": "A submission without `consent` is refused (422)."})
+
+
+class LinksSchema(ma.Schema):
+    next = ma.fields.String(allow_none=True, required=True,
+                            metadata={"description": "Relative URL of the next page; null on the last."})
+
+
+class MetaSchema(ma.Schema):
+    has_more = ma.fields.Boolean(required=True)
+
+
+@cache
+def page_of(item: type[ma.Schema], meta: type[ma.Schema] = MetaSchema) -> type[ma.Schema]:
+    """The list envelope around a schema: {"data": [...], "links": {"next"}, "meta": {"has_more"}}."""
+    name = item.__name__.removesuffix("Schema") + "Page"
+    return type(name, (ma.Schema,), {
+        "data": ma.fields.List(ma.fields.Nested(item), required=True),
+        "links": ma.fields.Nested(LinksSchema, required=True),
+        "meta": ma.fields.Nested(meta, required=True),
+    })
+
+
+@cache
+def one(item: type[ma.Schema]) -> type[ma.Schema]:
+    """The single-resource envelope: {"data": {...}}."""
+    name = item.__name__.removesuffix("Schema") + "Document"
+    return type(name, (ma.Schema,), {"data": ma.fields.Nested(item, required=True)})
+
+
+def whole_page(items) -> dict:
+    """A list that fits on one page (reference data)."""
+    return {"data": list(items), "links": {"next": None}, "meta": {"has_more": False}}
+
+
+
+class FormReceiptBodySchema(ma.Schema):
+    form = ma.fields.String(required=True)
+    message = ma.fields.String(required=True)
+
+
+class FormReceiptSchema(ma.Schema):
+    """What a JSON submission gets back: a receipt, never the lead (the caller is anonymous)."""
+
+    data = ma.fields.Nested(FormReceiptBodySchema, required=True)
+
 
 class ContactSchema(ma.Schema):
     first_name = ma.fields.String(allow_none=True, required=True, metadata={"description": "Null once erased."})

@@ -25,9 +25,10 @@ from standardwebhooks import Webhook as Signer
 
 from . import jsoncodec
 from .db import KEY_SHARE, database, for_update
-from .documents import Refs, lead_document
+from .documents import lead_document
+from .fields import rfc3339
 from .models import Delivery, Event, Lead, Webhook, utcnow
-from .schemas import rfc3339
+from .refs import Refs
 
 LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
                "lead.note_added", "lead.note_edited", "lead.note_deleted", "lead.activity_logged", "lead.erased")

@@ -27,12 +27,12 @@ from werkzeug.wsgi import wrap_file
 
 from .auth import requires, visible_leads
 from .config import settings
-from .documents import Refs, request_refs
 from .extensions import Blueprint
+from .fields import rfc3339
 from .listing import SORTS, LeadFilterQuery, filter_leads, unknown_filters
 from .models import Lead
 from .problems import TooManyRequests
-from .schemas import rfc3339
+from .refs import Refs, request_refs
 from .scoring import band
 
 blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",

@@ -24,15 +24,17 @@ from werkzeug.datastructures import MultiDict
 
 from . import pipeline
 from .config import settings
-from .documents import Refs, cached_refs, json_response
+from .custom_fields import form_value
+from .documents import FormReceiptSchema, json_response
 from .extensions import Blueprint, check_storable
+from .fields import BLANK_PATTERN, NOT_BLANK_PATTERN, is_blank, phones_of, trim
 from .headers import allow_framing_by
+from .history import Actor
 from .limits import client_ip
 from .models import CustomField, Form, Workspace, public_id_pattern
-from .problems import (PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed,
-                       flatten_messages)
-from .schemas import (BLANK_PATTERN, HONEYPOT, NAME_LENGTH, NOT_BLANK_PATTERN, FormReceiptSchema, FormSubmissionSchema,
-                      is_blank, phones_of, trim)
+from .problems import PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed
+from .refs import Refs, cached_refs
+from .schemas import HONEYPOT, NAME_LENGTH, FormSubmissionSchema
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -40,7 +42,6 @@ THANKS = "Thank you! We have your details and will be in touch soon."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 CUSTOM_PREFIX = "custom_fields."
 CONSENT = "consent"
-TRUE_WORDS, FALSE_WORDS = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 HTML_PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
@@ -119,20 +120,6 @@ def check_origin(form: Form) -> None:
                         f"{sent or 'a page without an origin'}; add it to the form's allowed_origins.")
 
 
-def typed(raw: str, definition: CustomField | None) -> Any:
-    """A form field's text as the custom field's type; left as text when it does not fit (create_lead says why)."""
-    kind = definition.type if definition else "text"
-    if kind == "number":
-        for number in (int, float):
-            try:
-                return number(raw)
-            except ValueError:
-                pass
-    elif kind == "boolean" and raw.lower() in TRUE_WORDS + FALSE_WORDS:
-        return raw.lower() in TRUE_WORDS
-    return raw
-
-
 def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) -> dict[str, Any]:
     """Form-encoded fields as a submission; empty inputs mean "not given"."""
     data: dict[str, Any] = {}
@@ -142,7 +129,7 @@ def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) 
             continue
         if name.startswith(CUSTOM_PREFIX):
             key = name[len(CUSTOM_PREFIX):]
-            custom[key] = typed(trim(value), definitions.get(key))
+            custom[key] = form_value(trim(value), definitions.get(key))
         elif name == CONSENT:   # a ticked checkbox, whatever its value
             data[name] = True
         else:
@@ -185,7 +172,7 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
         with phones_of(form.workspace):
             fields = FormSubmissionSchema().load(data)
     except ma.ValidationError as exc:
-        fields, errors = {}, flatten_messages(exc.messages)
+        fields, errors = {}, pipeline.item_failure(exc, "form")[1]
     if form.consent_required and data.get(CONSENT) is not True and CONSENT not in errors:
         errors[CONSENT] = ["Please agree to the privacy notice: this form cannot take your details without it."]
     if errors:
@@ -194,7 +181,7 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
     if fields.pop(CONSENT, False):
         fields[CONSENT] = {"purpose": form.name, "notice_version": form.notice_version, "ip": client_ip()}
     fields["source"] = form.source.public_id if form.source_id else None
-    actor = pipeline.Actor(workspace=form.workspace, form=form, request_id=g.request_id)
+    actor = Actor(workspace=form.workspace, form=form, request_id=g.request_id)
     return pipeline.create_lead(fields, actor, refs)
 
 
@@ -244,5 +231,5 @@ class FormSubmissions(MethodView):
         try:
             accept_in_even_time(form, from_form_fields(raw, refs.custom_fields), refs)
         except ValidationFailed as exc:
-            return page(form, refs, values=raw, errors=exc.errors or {}, status=422)
+            return page(form, refs, values=raw, errors=pipeline.item_failure(exc, "form")[1], status=422)
         return Response(render_template("form_thanks.html", form=form, message=THANKS), mimetype="text/html")

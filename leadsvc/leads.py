@@ -4,30 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-import marshmallow as ma
 from apispec import BasePlugin
-from flask import g, request
+from flask import request
 from flask.views import MethodView
 
 from . import pipeline
-from .auth import caller, requires, visible_lead_or_404, visible_leads
+from .auth import may, require, requires, visible_lead_or_404, visible_leads
+from .conditional import ETAG_HEADER, etag
 from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
-                        LeadSchema, Refs, StatusMoveResultSchema, activity_document, etag, json_response,
-                        lead_document, note_document, request_refs, transition_document)
-from .extensions import Blueprint, check_storable
+                        LeadSchema, StatusMoveResultSchema, activity_document, json_response, lead_document,
+                        note_document, one, page_of, transition_document)
+from .extensions import Blueprint
+from .history import actor
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
 from .models import Activity, Note
-from .problems import Forbidden, Problem, flatten_messages
-from .schemas import (LeadBatchSchema, LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema, one,
-                      page_of)
+from .refs import Refs, request_refs
+from .schemas import LeadBatchSchema, LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema
 
 blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
                 description="Leads in the caller's scope: list, create, read, update, move through the pipeline.")
 
 TIMELINE_LIMIT = 100
-ETAG_HEADER = {"ETag": {"description": "Send it back in If-Match to update only this version.",
-                        "schema": {"type": "string"}}}
 IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
             "description": "The ETag you read; 412 if the lead changed since."}
 IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
@@ -46,30 +44,22 @@ class ConditionalRequestsPlugin(BasePlugin):
                     operation.setdefault("parameters", []).append(header)
 
 
-def actor() -> pipeline.Actor:
-    """The actor of the current API request (leads and their timeline)."""
-    return pipeline.actor_for(caller(), g.request_id)
-
-
 def lead_url(public_id: str) -> str:
     """The lead's path, under whatever prefix the app is mounted at: what url_for gives for
     LeadResource, without its URL building (2% of a create). A public id needs no quoting."""
     return f"{request.script_root}{blp.url_prefix}/{public_id}"
 
 
-def create_answer(data: dict[str, Any], who: pipeline.Actor, refs: Refs) -> tuple[pipeline.Created, dict[str, Any]]:
-    """Create one lead from a checked body: what was done, and the body POST /api/v1/leads answers
-    (a batch item's result holds the same)."""
-    created = pipeline.create_lead(data, who, refs)
+def create_answer(created: pipeline.Created, refs: Refs) -> dict[str, Any]:
+    """The body POST /api/v1/leads answers for what a create did (a batch item's result holds the same)."""
     if not created.duplicate:
-        return created, {"data": lead_document(created.lead, refs), "duplicate": False}
+        return {"data": lead_document(created.lead, refs), "duplicate": False}
     # A token that may only create learns which lead the contact is, never what it holds.
-    document = (lead_document(created.lead, refs) if "leads:read" in caller().abilities
-                else {"id": created.lead.public_id})
+    document = lead_document(created.lead, refs) if may("leads:read") else {"id": created.lead.public_id}
     body = {"data": document, "duplicate": True, "matched_on": created.matched_on}
     if created.updated_fields is not None:
         body["updated_fields"] = created.updated_fields
-    return created, body
+    return body
 
 
 @blp.route("")
@@ -97,7 +87,9 @@ class Leads(MethodView):
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Create a lead, or find (and optionally update) the duplicate it matches"""
-        created, body = create_answer(data, actor(), request_refs())
+        refs = request_refs()
+        created = pipeline.create_lead(data, actor(), refs)
+        body = create_answer(created, refs)
         if created.duplicate:
             return json_response(body, 200)
         return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
@@ -116,25 +108,9 @@ class LeadsBatch(MethodView):
         """Create up to 100 leads, each as POST /api/v1/leads would, in its own transaction"""
         # The request is parsed, authenticated, rate limited and given its reference data once;
         # each item then takes the single create's path.
-        who, refs, schema = actor(), request_refs(), LeadCreateSchema()
-        results, meta = [], {"created": 0, "duplicates": 0, "failed": 0}
-        for index, item in enumerate(batch["leads"]):
-            result = {"index": index, "status": 422, "duplicate": False, "lead": None, "errors": None}
-            try:
-                check_storable(item)
-                created, body = create_answer(schema.load(item), who, refs)
-            except ma.ValidationError as exc:
-                result["errors"] = flatten_messages(exc.messages)
-            except Problem as exc:
-                if exc.status >= 500:   # the database, not the item: the request fails
-                    raise
-                result.update(status=exc.status, errors=exc.errors or {"body": [exc.detail or exc.code]})
-            else:
-                result.update(status=200 if created.duplicate else 201, duplicate=created.duplicate, lead=body["data"])
-                result.update({key: body[key] for key in ("matched_on", "updated_fields") if key in body})
-            meta["duplicates" if result["status"] == 200 else "created" if result["status"] == 201 else "failed"] += 1
-            results.append(result)
-        return json_response({"data": results, "meta": meta})
+        refs = request_refs()
+        return json_response(pipeline.create_batch(batch["leads"], actor(), refs,
+                                                   lambda created: create_answer(created, refs)))
 
 
 @blp.route("/<lead_id:public_id>")
@@ -175,8 +151,8 @@ class LeadResource(MethodView):
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, changes, public_id):
         """Update the fields sent (owner needs leads:assign)"""
-        if "owner" in changes and "leads:assign" not in caller().abilities:
-            raise Forbidden("Changing the owner needs the leads:assign ability.")
+        if "owner" in changes:
+            require("leads:assign", "Changing the owner needs the leads:assign ability.")
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
         lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match")).lead

@@ -17,9 +17,10 @@ from flask import request
 from . import cursor, search
 from .config import Settings
 from .db import any_of, read_rows
-from .documents import LEAD_COLUMNS, Refs
+from .documents import LEAD_COLUMNS
+from .fields import SPACE_PATTERN, comma_separated, list_items, trim
 from .models import Lead, public_id_pattern, public_id_regex
-from .schemas import SPACE_PATTERN, comma_separated, list_items, trim
+from .refs import Refs
 from .scoring import band_ranges
 
 PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90_days", "this_week",

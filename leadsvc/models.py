@@ -95,13 +95,13 @@ class Workspace(BaseModel):
     name = pw.CharField(max_length=100, unique=True)
     timezone = pw.CharField(max_length=64, default="Asia/Kolkata")
     currency = pw.CharField(max_length=3, default="INR")
-    # The regions whose mobiles its leads' phones may be (schemas.normalize_mobile).
+    # The regions whose mobiles its leads' phones may be (fields.normalize_mobile).
     phone_regions = RegionsField(max_length=1000, default=("IN",))
     # Round-robin position of the fallback rotation (the last member it gave a lead to).
     rotation_last_member_id = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
     # Bumped by database triggers whenever the workspace's statuses, sources, members, teams or
-    # custom fields change (migration 0004): documents.Refs caches them per process until it moves.
+    # custom fields change (migration 0004): refs.Refs caches them per process until it moves.
     refs_version = pw.IntegerField(default=0)
 
 

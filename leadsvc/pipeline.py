@@ -1,73 +1,36 @@
-"""Create, update and move leads: one transaction each, with audit entry, timeline and event in it.
+"""Create, update and move leads, and add notes and activities: one transaction each, with audit
+entry, timeline and event in it (a batch is single creates, each in its own).
 
 The API, web forms and CSV import all come through here, so validation against the workspace's
-definitions, duplicate detection, routing and scoring happen the same way for every lead.
+definitions, duplicate detection, routing and scoring happen the same way for every lead, and an
+item that fails is answered the same way (item_failure).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from datetime import date, datetime
-from decimal import Decimal
-from typing import Any, Mapping
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
 
+import marshmallow as ma
 import peewee as pw
 
 from . import events, routing, search
-from .auth import Caller, in_lead_scope, lead_scope, member_scope
+from .conditional import check_if_match, lock_lead
+from .consent import consent_again, new_consent
+from .custom_fields import check_custom_fields
 from .db import any_of, for_update, transaction
-from .documents import (ActorNames, Refs, activity_document, consent_document, etag, member_ref, note_document,
-                        status_ref, transition_document)
-from .models import (CONTACT_KINDS, Activity, AuditEntry, Consent, CustomField, Form, Lead, LostReason, Member, Note,
-                     Status, Token, Transition, Workspace, utcnow)
-from .problems import Conflict, Forbidden, NotFound, PreconditionFailed, ValidationFailed
-from .schemas import missing_contact, rfc3339, trim
+from .documents import ActorNames, activity_document, member_ref, note_document, status_ref, transition_document
+from .extensions import check_storable
+from .history import Actor, activity_row, plain, record_activity, record_audit
+from .models import CONTACT_KINDS, Activity, Lead, LostReason, Member, Note, Status, Transition, utcnow
+from .problems import Conflict, Forbidden, NotFound, Problem, ValidationFailed, flatten_messages
+from .refs import Refs
+from .schemas import LeadCreateSchema, missing_contact
 from .scoring import ENGAGEMENT_POINTS, score_lead
 
-MAX_TEXT_FIELD = 500   # characters in a text custom field
 # What cannot be logged on a do-not-contact lead: reaching out to the person (a meeting they ask for can be).
 OUTREACH_KINDS = frozenset({"call", "email", "whatsapp", "sms"})
-MAX_NUMBER = 10**15     # the largest magnitude of a number custom field
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who makes a change, and the API caller whose scope bounds the leads and members it may
-    touch (None: a web form or an import, which act on the whole workspace)."""
-
-    workspace: Workspace
-    token: Token | None = None
-    member: Member | None = None
-    form: Form | None = None
-    request_id: str | None = None
-    caller: Caller | None = None
-    via: str | None = None   # how a lead came in, for its `created` activity: api (default), form, import
-
-    def columns(self) -> dict[str, Any]:
-        """The actor columns of a history row (transition, activity, note, audit entry)."""
-        return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
-
-    @property
-    def lead_scope(self) -> pw.Expression | None:
-        return None if self.caller is None else lead_scope(self.caller)
-
-    @property
-    def member_scope(self) -> pw.Expression | None:
-        return None if self.caller is None else member_scope(self.caller)
-
-    def sees(self, lead: Lead) -> bool:
-        """Whether the lead, as just read, is in the actor's scope."""
-        return self.caller is None or in_lead_scope(self.caller, lead)
-
-    def may(self, ability: str) -> bool:
-        """Whether the actor holds the ability (forms and imports act for the workspace)."""
-        return self.caller is None or ability in self.caller.abilities
-
-
-def actor_for(who: Caller, request_id: str | None) -> Actor:
-    """The actor of an API request: its token and member, limited to the caller's scope."""
-    return Actor(workspace=who.workspace, token=who.token, member=who.member, request_id=request_id, caller=who)
 
 
 @dataclass
@@ -95,64 +58,6 @@ def resolve_source(public_id: str | None, refs: Refs):
     return source
 
 
-def check_custom_fields(values: Mapping[str, Any], definitions: Mapping[str, CustomField], *,
-                        allow_null: bool = False) -> dict[str, Any]:
-    """Values that fit their field definitions, normalized; 422 naming each bad key otherwise."""
-    errors: dict[str, list[str]] = {}
-    clean: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"custom_fields.{key}"
-        definition = definitions.get(key)
-        if definition is None:
-            errors[name] = ["Unknown custom field; GET /api/v1/custom-fields lists them."]
-        elif value is None:
-            if allow_null:
-                clean[key] = None
-            else:
-                errors[name] = ["Leave the key out instead of sending null."]
-        else:
-            try:
-                clean[key] = _field_value(value, definition)
-            except ValueError as exc:
-                errors[name] = [str(exc)]
-    if errors:
-        raise ValidationFailed(errors=errors)
-    return clean
-
-
-def _field_value(value: Any, definition: CustomField) -> Any:
-    kind = definition.type
-    if kind == "text":
-        if not isinstance(value, str):
-            raise ValueError("Must be a string.")
-        value = trim(value)
-        if len(value) > MAX_TEXT_FIELD:
-            raise ValueError(f"At most {MAX_TEXT_FIELD} characters.")
-        return value
-    if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError("Must be a number.")
-        if not -MAX_NUMBER <= value <= MAX_NUMBER:   # also NaN and the infinities
-            raise ValueError(f"Must be a number between -{MAX_NUMBER:.0e} and {MAX_NUMBER:.0e}.")
-        return value
-    if kind == "boolean":
-        if not isinstance(value, bool):
-            raise ValueError("Must be true or false.")
-        return value
-    if kind == "date":
-        if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-            raise ValueError("Must be a date as YYYY-MM-DD.")
-        try:
-            date.fromisoformat(value)
-        except ValueError:
-            raise ValueError("Must be a real date as YYYY-MM-DD.") from None
-        return value
-    options = definition.options or []
-    if value not in options:
-        raise ValueError(f"Must be one of: {', '.join(options)}.")
-    return value
-
-
 # --- scoring ---------------------------------------------------------------------------------
 
 def rescore(lead: Lead, refs: Refs) -> None:
@@ -165,59 +70,6 @@ def rescore(lead: Lead, refs: Refs) -> None:
         field_scores={name: f.score for name, f in refs.custom_fields.items() if f.score},
         engagement=lead.engagement, status_kind=refs.statuses[lead.status_id].kind,
     )
-
-
-# --- history rows ----------------------------------------------------------------------------
-
-def plain(value: Any) -> Any:
-    """A value as it appears in audit entries and activities: JSON, public ids, no internal ids."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, datetime):
-        return rfc3339(value)
-    if isinstance(value, pw.Model):
-        return value.public_id
-    return value
-
-
-def record_activity(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-                    at: datetime | None = None) -> Activity:
-    return Activity.create(**_activity_row(lead, actor, kind, summary, data, at))
-
-
-def _activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict | None = None,
-                  at: datetime | None = None) -> dict[str, Any]:
-    now = utcnow()
-    return {"workspace": lead.workspace_id, "lead": lead.id, "kind": kind, "summary": summary, "data": data or {},
-            "occurred_at": at or now, "created_at": now, **actor.columns()}
-
-
-def record_audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
-    return AuditEntry.create(workspace=lead.workspace_id, lead=lead.id, action=action, changes=changes,
-                             request_id=actor.request_id, **actor.columns())
-
-
-def lock_lead(lead: Lead, actor: Actor) -> Lead:
-    """The lead's current row, locked until the transaction ends, if the actor still sees it: a
-    reassignment between the view's lookup and this lock must not let a write through. An erased
-    lead is 409: nothing writes to it any more."""
-    query = Lead.select().where(Lead.id == lead.id)
-    if actor.lead_scope is not None:
-        query = query.where(actor.lead_scope)
-    current = for_update(query).first()
-    if current is None:
-        raise NotFound(f"No lead {lead.public_id}.")
-    if current.erased_at is not None:
-        raise Conflict(f"Lead {lead.public_id} was erased: its history stays, but it can no longer change.")
-    return current
-
-
-def _check_if_match(lead: Lead, if_match: str | None) -> None:
-    if if_match is None:
-        return
-    candidates = {tag.strip().removeprefix("W/") for tag in if_match.split(",")}
-    if "*" not in candidates and etag(lead) not in candidates:
-        raise PreconditionFailed("The lead changed since you read it (If-Match does not match its ETag).")
 
 
 # --- create ----------------------------------------------------------------------------------
@@ -268,7 +120,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
-    consent = _new_consent(lead, data.get("consent"), actor, now)
+    consent = new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
@@ -307,8 +159,8 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
     Transition.create(workspace=lead.workspace_id, lead=lead.id, from_status=None, to_status=lead.status_id,
                       at=lead.created_at, **actor.columns())
     Activity.insert_many([
-        _activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
-        _activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
+        activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
+        activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
     ]).execute()
     if lead.consent is not None:
         recorded["consent"] = lead.consent["id"]
@@ -323,16 +175,15 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
         raise Conflict(f"A lead with this {' and '.join(matched_on)} already exists and is outside your scope.")
     on_duplicate = data.get("on_duplicate") or "ignore"
     if on_duplicate != "ignore":
-        if not actor.may("leads:update"):
-            raise Forbidden(f"A lead with this {' and '.join(matched_on)} exists; on_duplicate={on_duplicate} "
-                            "needs the leads:update ability. Nothing was changed.")
+        actor.require("leads:update", f"A lead with this {' and '.join(matched_on)} exists; on_duplicate="
+                                      f"{on_duplicate} needs the leads:update ability. Nothing was changed.")
     sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
     record_activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
                     {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}
                                                                      if on_duplicate != "ignore" else {})})
     events.record(refs, "lead.duplicate_submitted", lead, lambda: {"matched_on": matched_on, "submitted": sent})
     if data.get("consent"):
-        lead = _consent_again(lead, data["consent"], actor, refs)
+        lead = consent_again(lead, data["consent"], actor, refs)
     if on_duplicate == "ignore":
         return Created(lead, duplicate=True, matched_on=matched_on)
     updated = update_lead(lead, {name: data[name] for name in CREATE_FIELDS if name in data}, actor, refs,
@@ -340,65 +191,39 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
     return Created(updated.lead, duplicate=True, matched_on=matched_on, updated_fields=updated.changed)
 
 
-# --- consent ---------------------------------------------------------------------------------
+# --- batches: each item on its own ----------------------------------------------------------
 
-def _new_consent(lead: Lead, given: Mapping[str, Any] | None, actor: Actor, now: datetime) -> Consent | None:
-    """The consent record a create sends, not yet saved, shown on the (unsaved) lead as its latest."""
-    if not given:
-        return None
-    consent = Consent(workspace=lead.workspace_id, purpose=given["purpose"], notice_version=given.get("notice_version"),
-                      form=actor.form, token=actor.token, given_at=now, ip=given.get("ip"))
-    lead.consent = consent_document(consent, _actor_id(actor))
-    return consent
+def item_failure(exc: ma.ValidationError | Problem, whole: str) -> tuple[int, dict[str, list[str]]]:
+    """What one item that failed (a batch item, a CSV row, a form submission) is answered: its
+    status and its messages by field, `whole` naming the field of a message about the whole item."""
+    if isinstance(exc, ma.ValidationError):
+        return 422, flatten_messages(exc.messages)
+    return exc.status, exc.errors or {whole: [exc.detail or exc.code]}
 
 
-def _actor_id(actor: Actor) -> str | None:
-    return actor.form.public_id if actor.form else actor.token.public_id if actor.token else None
-
-
-def _consent_again(lead: Lead, given: Mapping[str, Any], actor: Actor, refs: Refs) -> Lead:
-    """A duplicate submission that consents: a new record becomes the lead's latest (in the caller's
-    transaction). It leaves do_not_contact as it is: only a person's change of mind lifts that."""
-    current = lock_lead(lead, actor)
-    before = current.consent
-    consent = _new_consent(current, given, actor, utcnow())
-    consent.lead = current
-    consent.save(force_insert=True)
-    current.updated_at, current.version = consent.given_at, current.version + 1
-    current.save()
-    changes = {"consent": {"old": before["id"] if before else None, "new": consent.public_id}}
-    record_audit(current, actor, "consent_given", changes)
-    events.record(refs, "lead.updated", current, lambda: {"changes": changes})
-    return current
-
-
-def withdraw_consent(lead: Lead, actor: Actor, refs: Refs) -> Lead:
-    """Record the withdrawal of consent (on the latest record, or a new one) and set do_not_contact."""
-    with transaction():
-        current = lock_lead(lead, actor)
-        latest, now = current.consent, utcnow()
-        changes: dict[str, dict[str, Any]] = {}
-        if latest is None:
-            consent = Consent.create(workspace=current.workspace_id, lead=current, form=actor.form, token=actor.token,
-                                     withdrawn_at=now)
-            current.consent = consent_document(consent, _actor_id(actor))
-            changes["consent"] = {"old": None, "new": consent.public_id}
-        elif latest["withdrawn_at"] is None:
-            Consent.update(withdrawn_at=now).where(Consent.public_id == latest["id"]).execute()
-            current.consent = {**latest, "withdrawn_at": plain(now)}
-        if current.consent["withdrawn_at"] != (latest or {}).get("withdrawn_at"):
-            changes["consent.withdrawn_at"] = {"old": None, "new": current.consent["withdrawn_at"]}
-        if not current.do_not_contact:
-            current.do_not_contact = True
-            changes["do_not_contact"] = {"old": False, "new": True}
-        if not changes:
-            return current   # withdrawn already: nothing more to record
-        current.updated_at, current.version = now, current.version + 1
-        current.save()
-        record_activity(current, actor, "updated", "Consent withdrawn.", {"fields": sorted(changes)})
-        record_audit(current, actor, "consent_withdrawn", changes)
-        events.record(refs, "lead.updated", current, lambda: {"changes": changes})
-    return current
+def create_batch(items: Sequence[Any], actor: Actor, refs: Refs,
+                 answer: Callable[[Created], dict[str, Any]]) -> dict[str, Any]:
+    """Create each item as a single create would, in its own transaction, so that an item that
+    fails fails alone: one result per item, in the order sent, and the counts (LeadBatchResultSchema).
+    `answer` is the body POST /api/v1/leads answers for a created item."""
+    schema = LeadCreateSchema()
+    results, meta = [], {"created": 0, "duplicates": 0, "failed": 0}
+    for index, item in enumerate(items):
+        result = {"index": index, "status": 422, "duplicate": False, "lead": None, "errors": None}
+        try:
+            check_storable(item)
+            created = create_lead(schema.load(item), actor, refs)
+            body = answer(created)
+        except (ma.ValidationError, Problem) as exc:
+            if isinstance(exc, Problem) and exc.status >= 500:   # the database, not the item: the request fails
+                raise
+            result["status"], result["errors"] = item_failure(exc, "body")
+        else:
+            result.update(status=200 if created.duplicate else 201, duplicate=created.duplicate, lead=body["data"])
+            result.update({key: body[key] for key in ("matched_on", "updated_fields") if key in body})
+        meta["duplicates" if result["status"] == 200 else "created" if result["status"] == 201 else "failed"] += 1
+        results.append(result)
+    return {"data": results, "meta": meta}
 
 
 # --- update ----------------------------------------------------------------------------------
@@ -424,7 +249,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
 
     with transaction():
         current = lock_lead(lead, actor)
-        _check_if_match(current, if_match)
+        check_if_match(current, if_match)
         if only_empty:
             wanted = {name: new for name, new in wanted.items() if _stored(current, name) in EMPTY}
             custom = {key: new for key, new in custom.items() if (current.custom_fields or {}).get(key) in EMPTY}
@@ -551,7 +376,7 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
     lost_reason = lost_reason_for(target, reason, refs)
     with transaction():
         current = lock_lead(lead, actor)
-        _check_if_match(current, if_match)
+        check_if_match(current, if_match)
         here = refs.statuses[current.status_id]
         allowed = here.next_ids(refs.pipeline())
         options = ", ".join(f"{s.name} ({s.public_id})" for s in refs.pipeline() if s.public_id in allowed) or "none"

@@ -16,18 +16,19 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from . import events, idempotency, pipeline
+from . import consent, events, idempotency
 from .auth import caller, requires, visible_lead_or_404
+from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
-from .documents import (ActorNames, ErasuresSchema, LeadSchema, Refs, SubjectSchema, activity_document,
-                        audit_document, consent_document, etag, json_response, lead_document, note_document,
-                        request_refs, transition_document)
+from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, activity_document, audit_document,
+                        consent_document, json_response, lead_document, note_document, one, transition_document)
 from .extensions import Blueprint
-from .leads import ETAG_HEADER, actor
+from .history import Actor, actor, plain, record_audit
 from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Token, Transition, Workspace,
                      utcnow)
-from .pipeline import Actor, leads_with_contact, lock_lead, plain, record_audit
-from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery, one
+from .pipeline import leads_with_contact
+from .refs import Refs, request_refs
+from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery
 
 ERASED = "[erased]"
 # Audit fields that hold the person's own data (a note's body: free text about them); custom fields
@@ -179,7 +180,7 @@ class LeadConsentWithdrawal(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Record that the person withdrew consent, and make the lead do-not-contact"""
-        lead = pipeline.withdraw_consent(visible_lead_or_404(public_id), actor(), request_refs())
+        lead = consent.withdraw_consent(visible_lead_or_404(public_id), actor(), request_refs())
         return json_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
 
 

@@ -1,5 +1,6 @@
 """Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields,
-lost reasons, forms)."""
+lost reasons, forms), served from the workspace's cached reference tables (refs.py); forms, which
+no lead document needs, are read from the database."""
 
 from __future__ import annotations
 
@@ -8,17 +9,14 @@ from flask import url_for
 from flask.views import MethodView
 
 from .auth import caller, requires
+from .documents import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, SourceSchema, StatusSchema,
+                        TeamSchema, page_of, whole_page)
 from .extensions import Blueprint
-from .models import CustomField, Form, LostReason, Member, Source, Status, Team
-from .schemas import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, NoQuery, SourceSchema,
-                      StatusSchema, TeamSchema, page_of, whole_page)
+from .models import Form, Source
+from .refs import request_refs
+from .schemas import NoQuery
 
 blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Reference data of the caller's workspace.")
-
-
-def pipeline(workspace_id: int) -> list[Status]:
-    """The workspace's statuses in pipeline order."""
-    return list(Status.select().where(Status.workspace == workspace_id).order_by(Status.position, Status.id))
 
 
 @blp.route("/statuses")
@@ -28,10 +26,10 @@ class Statuses(MethodView):
     @blp.response(200, page_of(StatusSchema))
     def get(self):
         """List the pipeline's statuses in order"""
-        statuses = pipeline(caller().workspace.id)
-        for status in statuses:
-            status.next = status.next_ids(statuses)
-        return whole_page(statuses)
+        statuses = request_refs().pipeline()
+        # Documents, not the cached rows: those are shared by every request of the workspace.
+        return whole_page({"public_id": status.public_id, "name": status.name, "position": status.position,
+                           "kind": status.kind, "next": status.next_ids(statuses)} for status in statuses)
 
 
 @blp.route("/sources")
@@ -41,7 +39,7 @@ class Sources(MethodView):
     @blp.response(200, page_of(SourceSchema))
     def get(self):
         """List the lead sources"""
-        return whole_page(Source.select().where(Source.workspace == caller().workspace.id).order_by(Source.name))
+        return whole_page(request_refs().sources.values())
 
 
 @blp.route("/members")
@@ -51,8 +49,11 @@ class Members(MethodView):
     @blp.response(200, page_of(MemberSchema))
     def get(self):
         """List the workspace's members"""
-        return whole_page(Member.select(Member, Team).join(Team, pw.JOIN.LEFT_OUTER)
-                          .where(Member.workspace == caller().workspace.id).order_by(Member.name, Member.id))
+        refs = request_refs()
+        # The team from the cached teams: a member row's own `team` would be read from the database.
+        return whole_page({"public_id": member.public_id, "name": member.name, "email": member.email,
+                           "role": member.role, "team": refs.teams.get(member.team_id), "active": member.active}
+                          for member in refs.members.values())
 
 
 @blp.route("/teams")
@@ -62,7 +63,7 @@ class Teams(MethodView):
     @blp.response(200, page_of(TeamSchema))
     def get(self):
         """List the teams"""
-        return whole_page(Team.select().where(Team.workspace == caller().workspace.id).order_by(Team.name))
+        return whole_page(request_refs().teams.values())
 
 
 @blp.route("/custom-fields")
@@ -72,8 +73,7 @@ class CustomFields(MethodView):
     @blp.response(200, page_of(CustomFieldSchema))
     def get(self):
         """List the custom fields a lead may carry"""
-        return whole_page(CustomField.select().where(CustomField.workspace == caller().workspace.id)
-                          .order_by(CustomField.position, CustomField.name))
+        return whole_page(sorted(request_refs().custom_fields.values(), key=lambda f: (f.position, f.name)))
 
 
 @blp.route("/lost-reasons")
@@ -83,8 +83,7 @@ class LostReasons(MethodView):
     @blp.response(200, page_of(LostReasonSchema))
     def get(self):
         """List the reasons a move to a lost status may give"""
-        return whole_page(LostReason.select().where(LostReason.workspace == caller().workspace.id)
-                          .order_by(LostReason.position, LostReason.id))
+        return whole_page(request_refs().lost_reasons.values())
 
 
 @blp.route("/forms")

@@ -20,11 +20,12 @@ from flask.views import MethodView
 
 from .auth import Caller, caller, lead_scope, requires, sees_whole_workspace
 from .db import database, is_postgres
-from .documents import MemberRefSchema, Refs, StatusRefSchema, json_response, member_ref, ref, request_refs, status_ref
+from .documents import (MemberRefSchema, RefSchema, StatusRefSchema, json_response, member_ref, one, ref,
+                        status_ref)
 from .extensions import Blueprint
 from .listing import ReportFilterQuery, filter_leads
 from .models import Lead, Transition
-from .schemas import RefSchema, one
+from .refs import Refs, request_refs
 
 blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
                 description="Funnel, velocity and conversion of the leads in the caller's scope.")

@@ -24,7 +24,7 @@ import peewee as pw
 
 from .db import database
 from .models import Lead, LeadNamePart
-from .schemas import is_phone_text, trim
+from .fields import is_phone_text, trim
 
 MIN_LENGTH, MAX_LENGTH = 2, 100
 MIN_PHONE_DIGITS = 4

@@ -16,12 +16,13 @@ from . import cursor, pipeline
 from .auth import requires, visible_lead_or_404, visible_note_or_404
 from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, NoteDocumentSchema, NoteSchema,
                         TransitionSchema, activity_document, audit_document, json_response, lead_document,
-                        note_document, request_refs, transition_document)
+                        note_document, page_of, transition_document)
 from .extensions import Blueprint
-from .leads import actor
+from .history import actor
 from .listing import page_document
 from .models import AuditEntry, Lead, Note, Transition
-from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema, page_of
+from .refs import request_refs
+from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema
 
 blp = Blueprint("timeline", __name__, url_prefix="/api/v1",
                 description="A lead's timeline (notes, logged contacts) and its history (stage moves, audit).")

@@ -13,14 +13,14 @@ from . import cursor, delivery, events
 from .auth import caller, requires
 from .config import settings
 from .db import NO_KEY_UPDATE, database, for_update, transaction
-from .documents import json_response
+from .documents import json_response, one, page_of, whole_page
 from .extensions import Blueprint
+from .fields import JsonBoolean, Text, UtcDateTime, comma_separated, list_items, rfc3339
 from .idempotency import shows_secret
 from .listing import page_document
 from .models import DELIVERY_STATES, Delivery, Event, Webhook, Workspace, public_id_pattern, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
-from .schemas import (HistoryQuery, JsonBoolean, NoQuery, Text, UtcDateTime, comma_separated, list_items, one, page_of,
-                      rfc3339, whole_page)
+from .schemas import HistoryQuery, NoQuery
 
 blp = Blueprint("webhooks", __name__, url_prefix="/api/v1/webhooks",
                 description="HTTPS endpoints that receive the workspace's events, signed (Standard Webhooks).")

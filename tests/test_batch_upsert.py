@@ -170,19 +170,19 @@ def test_a_keyed_batch_commits_item_by_item_so_other_writes_go_on_meanwhile(app,
     """A keyed batch held halfway has committed the items before the hold, and neither a create in
     another workspace nor a retry of the batch waits for it: the key holds no transaction across
     the items. The batch then answers as usual, and a retry replays that answer."""
-    from leadsvc import leads
+    from leadsvc import pipeline
 
     items = [lead_body(ws) for _ in range(100)]
     hold_at, halfway, go = items[50]["phone"], threading.Event(), threading.Event()
-    create_answer = leads.create_answer
+    create_lead = pipeline.create_lead
 
-    def held_halfway(data, who, refs):
+    def held_halfway(data, actor, refs):
         if data.get("phone") == hold_at:
             halfway.set()
             go.wait(60)
-        return create_answer(data, who, refs)
+        return create_lead(data, actor, refs)
 
-    monkeypatch.setattr(leads, "create_answer", held_halfway)
+    monkeypatch.setattr(pipeline, "create_lead", held_halfway)
     headers = {**ws.headers(), "Idempotency-Key": "held-batch"}
     answers = []
     batch_thread = threading.Thread(target=lambda: answers.append(batch(app.test_client(), ws, items, headers=headers)))

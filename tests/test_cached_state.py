@@ -8,7 +8,7 @@ import peewee as pw
 import phonenumbers
 
 from leadsvc import pipeline, synthetic
-from leadsvc.documents import Refs
+from leadsvc.refs import Refs
 from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition, Workspace
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import create_lead
 from leadsvc.problems import CODES
-from leadsvc.schemas import NOT_BLANK_PATTERN
+from leadsvc.fields import NOT_BLANK_PATTERN
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -43,7 +43,7 @@ def test_an_e164_mobile_gets_the_answer_phonenumbers_parse_gives():
     the parse. For every four-digit start (the mobile ranges are allocated by them) both agree."""
     import random
 
-    from leadsvc.schemas import normalize_mobile
+    from leadsvc.fields import normalize_mobile
 
     normalize = normalize_mobile.__wrapped__   # uncached
     rng = random.Random(7)

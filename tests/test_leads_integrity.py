@@ -49,14 +49,15 @@ def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
 def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
     """A lead reassigned between the view's lookup and the write's lock is no longer the caller's."""
     from leadsvc.auth import Caller
-    from leadsvc.documents import Refs
-    from leadsvc.problems import NotFound
     from leadsvc.config import load_settings
+    from leadsvc.history import Actor
+    from leadsvc.problems import NotFound
+    from leadsvc.refs import Refs
     lead = create_lead(client, ws)
     row = Lead.get(Lead.public_id == lead["id"])
     agent = next(ws.member(e) for e, m in ws.ids.members.items() if m == lead["owner"]["id"])
     caller = Caller(None, agent, agent.workspace, frozenset())
-    actor = pipeline.Actor(workspace=agent.workspace, member=agent, caller=caller)
+    actor = Actor(workspace=agent.workspace, member=agent, caller=caller)
     refs = Refs.load(agent.workspace, load_settings("/dev/null"))
     Lead.update(owner=None).where(Lead.id == row.id).execute()   # reassigned meanwhile
     with pytest.raises(NotFound):

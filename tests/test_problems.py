@@ -217,10 +217,10 @@ def test_any_other_4xx_is_bad_request_with_its_status(make_app):
 
 
 def test_database_locked_is_503_with_retry_after(client, ws, monkeypatch):
-    def locked(workspace_id):
+    def locked():
         raise peewee.OperationalError("database is locked")
 
-    monkeypatch.setattr(reference, "pipeline", locked)
+    monkeypatch.setattr(reference, "request_refs", locked)
     response = client.get("/api/v1/statuses", headers=ws.headers())
     assert_problem(response, 503, "service_unavailable")
     assert int(response.headers["Retry-After"]) > 0

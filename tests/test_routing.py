@@ -127,7 +127,7 @@ def test_a_rule_deleted_after_it_was_read_falls_through_to_the_fallback(client, 
     # The rules come from the per-process cache; one deleted meanwhile has no row to rotate.
     from leadsvc import routing
     from leadsvc.db import database
-    from leadsvc.documents import Refs
+    from leadsvc.refs import Refs
     from leadsvc.config import load_settings
     from leadsvc.models import Rule, Workspace
 

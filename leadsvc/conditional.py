@@ -1,0 +1,44 @@
+"""Conditional requests on a lead and the lock every write takes: the lead's ETag, the If-Match
+check a write makes on the locked row, and the ETag header each lead answer documents."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .db import for_update
+from .history import Actor
+from .models import Lead
+from .problems import Conflict, NotFound, PreconditionFailed
+
+ETAG_HEADER = {"ETag": {"description": "Send it back in If-Match to update only this version.",
+                        "schema": {"type": "string"}}}
+
+
+def etag(lead: Any) -> str:
+    """A strong validator that changes with every write to the lead (its version)."""
+    return '"' + hashlib.sha256(f"{lead.public_id}:{lead.version}".encode()).hexdigest()[:20] + '"'
+
+
+def lock_lead(lead: Lead, actor: Actor) -> Lead:
+    """The lead's current row, locked until the transaction ends, if the actor still sees it: a
+    reassignment between the view's lookup and this lock must not let a write through. An erased
+    lead is 409: nothing writes to it any more."""
+    query = Lead.select().where(Lead.id == lead.id)
+    if actor.lead_scope is not None:
+        query = query.where(actor.lead_scope)
+    current = for_update(query).first()
+    if current is None:
+        raise NotFound(f"No lead {lead.public_id}.")
+    if current.erased_at is not None:
+        raise Conflict(f"Lead {lead.public_id} was erased: its history stays, but it can no longer change.")
+    return current
+
+
+def check_if_match(lead: Lead, if_match: str | None) -> None:
+    """412 unless the If-Match header sent (if any) names the locked lead's current ETag, or *."""
+    if if_match is None:
+        return
+    candidates = {tag.strip().removeprefix("W/") for tag in if_match.split(",")}
+    if "*" not in candidates and etag(lead) not in candidates:
+        raise PreconditionFailed("The lead changed since you read it (If-Match does not match its ETag).")
