@@ -209,7 +209,7 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
     from .auth import issue_token, revoke_tokens
     from .models import Member, Token, Workspace
     from .provision import apply_setup, parse_setup
-    from .synthetic import add_leads
+    from .bulk_load import add_leads
 
     app = _migrated_app(ctx)
     data = parse_setup(tomllib.loads(resources.files("leadsvc").joinpath("demo.toml").read_text()))
