@@ -8,8 +8,6 @@ import json
 import logging
 import sys
 from importlib import resources
-from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
 import peewee as pw
@@ -17,7 +15,8 @@ from flask import Flask
 
 from . import __version__, create_app
 from .config import ConfigError, config_path
-from .db import UNAVAILABLE_ERRORS, close as db_close, migrate as run_migrations, pending_migrations, ping, transaction
+from .db import UNAVAILABLE_ERRORS, close as db_close, migrate as run_migrations, transaction
+from .diagnostics import check_all, redact
 from .schemas import ON_DUPLICATE
 
 ABILITY_HELP = "Comma-separated abilities (leads:read, leads:create, ...), or * for all."
@@ -54,20 +53,6 @@ def _migrated_app(ctx: click.Context) -> Flask:
     if applied:
         click.echo(f"Applied migrations: {', '.join(applied)}", err=True)
     return app
-
-
-def redact(url: str) -> str:
-    """A database URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def reason(exc: BaseException) -> str:
-    """An exception's message on one line, for sentences that go on after it."""
-    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
 
 
 def _print_json(data: dict) -> None:
@@ -209,7 +194,7 @@ def demo(ctx: click.Context, lead_count: int, seed: int, as_json: bool) -> None:
     from .auth import issue_token, revoke_tokens
     from .models import Member, Token, Workspace
     from .provision import apply_setup, parse_setup
-    from .synthetic import add_leads
+    from .bulk_load import add_leads
 
     app = _migrated_app(ctx)
     data = parse_setup(tomllib.loads(resources.files("leadsvc").joinpath("demo.toml").read_text()))
@@ -676,95 +661,13 @@ def subject(ctx: click.Context, workspace_id: str, phone: str | None, email: str
 @click.pass_context
 def check(ctx: click.Context) -> None:
     """Validate the configuration, the database, Redis and webhook signing; list every problem and how to fix it."""
-    app = _app(ctx)
-    settings = app.config["LEADSVC"]
-    source = config_path(ctx.obj["config_file"])
-    problems = []
-    facts = [f"configuration is valid ({f'file {source}' if source else 'no config file: built-in defaults'}"
-             f" and LEADSVC_* variables)"]
-    url = redact(settings["database"]["url"])
-    sqlite_file = Path(unquote(url.removeprefix("sqlite:///"))) if url.startswith("sqlite:///") else None
-    if sqlite_file and not sqlite_file.is_file():
-        problems.append(f"The SQLite database {sqlite_file.resolve()} does not exist yet: run `leadsvc migrate` "
-                        f"(or `leadsvc serve`) to create it, or fix database.url.")
-    else:
-        problems += database_problems(url)
-        if not problems:
-            facts.append(f"database {url} answers and its schema is up to date")
-            webhook_facts, webhook_problems = webhook_findings(settings["webhooks"])
-            facts += webhook_facts
-            problems += webhook_problems
-    storage = settings["rate_limits"]["storage"]
-    if storage.startswith(("redis://", "rediss://", "unix://")):
-        problem = redis_problem(storage)
-        if problem:
-            problems.append(problem)
-        else:
-            facts.append(f"Redis at {redact(storage)} answers: rate limits are shared by every process using it")
-    elif storage.startswith("memory://"):
-        facts.append("rate limits are counted in this process (memory://); when several processes serve, "
-                     "set rate_limits.storage to a redis:// URL")
-    if settings["server"]["trusted_proxy"]:
-        facts.append(f"X-Forwarded-* headers are believed only from {settings['server']['trusted_proxy']}")
-    for fact in facts:
+    findings = check_all(_app(ctx).config["LEADSVC"], config_path(ctx.obj["config_file"]))
+    for fact in findings.facts:
         click.echo(f"ok: {fact}")
-    if problems:
-        for problem in problems:
+    if findings.problems:
+        for problem in findings.problems:
             click.echo(f"problem: {problem}", err=True)
         ctx.exit(1)
-
-
-def database_problems(url: str) -> list[str]:
-    """What is wrong with the configured database: unreachable, no driver, or not migrated."""
-    try:
-        ping()
-        pending = pending_migrations()
-    except (*UNAVAILABLE_ERRORS, RuntimeError) as exc:
-        return [f"Database {url} does not answer: {reason(exc)}. Check database.url (or LEADSVC_DATABASE_URL) "
-                f"and that the server runs and accepts this user."]
-    if pending:
-        return [f"Database {url} needs migrations ({', '.join(pending)}): run `leadsvc migrate` "
-                f"(`leadsvc serve` also migrates when it starts)."]
-    return []
-
-
-def webhook_findings(hooks: dict) -> tuple[list[str], list[str]]:
-    """What check says about webhooks: facts (disabled ones among them, with their reason) and
-    problems. A key shorter than webhooks.secret_key's minimum is a configuration error already."""
-    from .models import Webhook
-
-    registered = list(Webhook.select(Webhook.public_id, Webhook.url, Webhook.active, Webhook.disabled_reason)
-                      .order_by(Webhook.created_at, Webhook.id))
-    if not registered:
-        return [], []
-    count = f"{len(registered)} webhook{'s' if len(registered) > 1 else ''} registered"
-    if not hooks["secret_key"]:
-        return [], [f"{count}, but webhooks.secret_key is empty: their deliveries cannot be signed and fail, and no "
-                    f"secret can be issued or rotated. Set webhooks.secret_key (or LEADSVC_WEBHOOKS_SECRET_KEY), or "
-                    f"webhooks.secret_key_file, to the key they were created with: every webhook secret derives from it, so another key makes "
-                    f"receivers refuse the signatures until each webhook's secret is rotated and handed over again."]
-    deliverer = ("`leadsvc serve` and `leadsvc worker` deliver" if hooks["deliver_in_serve"]
-                 else "only `leadsvc worker` delivers (webhooks.deliver_in_serve = false)")
-    facts = [f"{count} ({sum(h.active for h in registered)} active), webhooks.secret_key is set; {deliverer}"]
-    facts += [f"webhook {h.public_id} ({h.url}) is disabled and receives no events: "
-              f"{(h.disabled_reason or 'turned off by hand').rstrip('.')}. When its receiver works again, turn it on with "
-              f'PATCH /api/v1/webhooks/{h.public_id} {{"active": true}}.' for h in registered if not h.active]
-    return facts, []
-
-
-def redis_problem(url: str) -> str | None:
-    """What is wrong with the Redis at url, or None when it answers."""
-    try:
-        import redis
-    except ImportError:
-        return ("rate_limits.storage is Redis, but the redis package is not installed: "
-                "pip install 'leadsvc[redis]' (or 'redis<8').")
-    try:
-        redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
-    except (redis.RedisError, OSError, ValueError) as exc:
-        return (f"Redis at {redact(url)} (rate_limits.storage) does not answer: {reason(exc)}. Start Redis or fix the URL; "
-                f"until then each process counts its own limits.")
-    return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ import marshmallow as ma
 from flask import Response, request
 from flask.views import MethodView
 
-from . import cursor, delivery, events
+from . import cursor, delivery, events, outbound
 from .auth import caller, requires
 from .config import settings
 from .db import NO_KEY_UPDATE, database, for_update, transaction
@@ -126,8 +126,8 @@ def delivery_document(row: Delivery, event: Event) -> dict[str, Any]:
 
 def _checked_url(url: str, config: Mapping[str, Any]) -> str:
     try:
-        delivery.check_destination(url, config["webhooks"])
-    except delivery.Refused as exc:
+        outbound.check_destination(url, config["webhooks"])
+    except outbound.Refused as exc:
         raise ValidationFailed.field("url", str(exc)) from None
     return url
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import peewee as pw
 import phonenumbers
 
-from leadsvc import pipeline, synthetic
+from leadsvc import bulk_load, pipeline
 from leadsvc.refs import Refs
 from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition, Workspace
 
@@ -106,7 +106,7 @@ def test_least_open_routing_gives_the_lead_to_the_agent_with_fewest_open_leads(c
 
 def test_synthetic_leads_keep_every_invariant_the_api_relies_on(client, ws):
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
-    assert synthetic.add_leads(workspace, 300, seed=7) == 300
+    assert bulk_load.add_leads(workspace, 300, seed=7) == 300
 
     refs = Refs.load(workspace, client.application.config["LEADSVC"])
     first = refs.first_status()
@@ -144,9 +144,9 @@ def test_synthetic_leads_keep_every_invariant_the_api_relies_on(client, ws):
 
 def test_synthetic_leads_never_clash_with_existing_ones(client, ws):
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
-    synthetic.add_leads(workspace, 50, seed=3)
+    bulk_load.add_leads(workspace, 50, seed=3)
 
-    assert synthetic.add_leads(workspace, 50, seed=3) == 50   # the same seed again: new numbers
+    assert bulk_load.add_leads(workspace, 50, seed=3) == 50   # the same seed again: new numbers
 
     assert Lead.select().where(Lead.workspace == workspace.id).count() == 100
 
@@ -167,6 +167,6 @@ def test_a_bulk_load_samples_its_statistics_on_the_writer_connection(client, ws,
 
     monkeypatch.setattr(type(database.obj), "execute_sql", spy)
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
-    synthetic.add_leads(workspace, 20, seed=5)
+    bulk_load.add_leads(workspace, 20, seed=5)
     expected = ("VACUUM (ANALYZE) lead, lead_name_part, transition, activity", None) if is_postgres() else ("ANALYZE", 1000)
     assert statistics == [expected]

@@ -10,10 +10,10 @@ import pytest
 from conftest import bulk_leads
 from leadsvc import pipeline
 from leadsvc.auth import Caller, lead_scope
+from leadsvc.bulk_load import gather_statistics
 from leadsvc.db import database, is_postgres
 from leadsvc.listing import SORTS
 from leadsvc.models import Lead, Token, Workspace
-from leadsvc.synthetic import gather_statistics
 
 ROLES = {"admin": ("admin@t.test", "lead_workspace_id"), "manager": ("nmgr@t.test", "lead_team_id"),
          "agent": ("n1@t.test", "lead_owner_id")}

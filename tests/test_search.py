@@ -206,7 +206,7 @@ def test_a_csv_import_is_found(client, ws, database_url, tmp_path):
 
 def test_the_demo_loader_fills_the_search_data(client, ws):
     from leadsvc.models import Workspace
-    from leadsvc.synthetic import add_leads
+    from leadsvc.bulk_load import add_leads
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
     add_leads(workspace, 50, seed=2027)   # a seed of its own: a seed repeats public ids
     lead = Lead.select().where((Lead.workspace == workspace.id) & Lead.phone.is_null(False)

@@ -14,8 +14,9 @@ from standardwebhooks import WebhookVerificationError
 
 from conftest import WEBHOOK_SECRET_KEY, lead_body, new_phone
 from leadsvc.auth import check_grant
-from leadsvc.delivery import SCHEDULE, Deliverer, Refused, check_destination
+from leadsvc.delivery import SCHEDULE, Deliverer
 from leadsvc.models import Delivery, Event, Webhook, Workspace, utcnow
+from leadsvc.outbound import Refused, check_destination
 from receiver import RawReceiver, Receiver
 from served import wait_until
 
