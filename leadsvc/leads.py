@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from apispec import BasePlugin
 from flask import g, request
 from flask.views import MethodView
 
@@ -28,22 +27,6 @@ blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
 TIMELINE_LIMIT = 100
 ETAG_HEADER = {"ETag": {"description": "Send it back in If-Match to update only this version.",
                         "schema": {"type": "string"}}}
-IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
-            "description": "The ETag you read; 412 if the lead changed since."}
-IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
-                 "description": "The ETag you read; 304 if the lead has not changed since (not with include)."}
-
-
-class ConditionalRequestsPlugin(BasePlugin):
-    """Documents If-Match on every operation that can answer 412 and If-None-Match on every one
-    that can answer 304: each status is that header's answer."""
-
-    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
-        for operation in (operations or {}).values():
-            statuses = {str(status) for status in operation.get("responses", {})}
-            for status, header in (("412", IF_MATCH), ("304", IF_NONE_MATCH)):
-                if status in statuses:
-                    operation.setdefault("parameters", []).append(header)
 
 
 def actor() -> pipeline.Actor:
@@ -74,6 +57,7 @@ def create_answer(data: dict[str, Any], who: pipeline.Actor, refs: Refs) -> tupl
 
 @blp.route("")
 class Leads(MethodView):
+    @blp.doc(operationId="listLeads")
     @requires("leads:read")
     @blp.arguments(LeadListQuery(), location="query")   # an instance: webargs instantiates a class per request
     @blp.response(200, page_of(LeadSchema, LeadListMetaSchema))
@@ -87,6 +71,7 @@ class Leads(MethodView):
         rows, after = lead_page(visible_leads(), params, refs, settings())
         return json_response(page_document([lead_document(row, refs) for row in rows], after))
 
+    @blp.doc(operationId="createLead")
     @requires("leads:create")
     @blp.arguments(LeadCreateSchema())
     @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
@@ -108,6 +93,7 @@ class Leads(MethodView):
 class LeadsBatch(MethodView):
     commits_in_steps = True   # each item commits alone, with an Idempotency-Key too (idempotency.py)
 
+    @blp.doc(operationId="createLeadsBatch")
     @requires("leads:create")
     @blp.arguments(LeadBatchSchema())
     @blp.response(200, LeadBatchResultSchema, description="One result per item, in the order sent.")
@@ -139,6 +125,7 @@ class LeadsBatch(MethodView):
 
 @blp.route("/<lead_id:public_id>")
 class LeadResource(MethodView):
+    @blp.doc(operationId="getLead")
     @requires("leads:read")
     @blp.arguments(LeadReadQuery(), location="query")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
@@ -166,6 +153,7 @@ class LeadResource(MethodView):
             document["notes"] = [note_document(row, names) for row in rows]
         return json_response({"data": document}, headers={"ETag": tag})
 
+    @blp.doc(operationId="updateLead")
     @requires("leads:update")
     @blp.arguments(LeadPatchSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
@@ -185,6 +173,7 @@ class LeadResource(MethodView):
 
 @blp.route("/<lead_id:public_id>/status")
 class LeadStatus(MethodView):
+    @blp.doc(operationId="moveLeadStatus")
     @requires("leads:status")
     @blp.arguments(StatusMoveSchema())
     @blp.response(200, StatusMoveResultSchema, headers=ETAG_HEADER)

@@ -158,6 +158,7 @@ blp = Blueprint("privacy", __name__, url_prefix="/api/v1",
 
 @blp.route("/leads/<lead_id:public_id>/erase")
 class LeadErasure(MethodView):
+    @blp.doc(operationId="eraseLead")
     @requires("privacy:manage")
     @blp.arguments(EraseSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
@@ -173,6 +174,7 @@ class LeadErasure(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/consent/withdraw")
 class LeadConsentWithdrawal(MethodView):
+    @blp.doc(operationId="withdrawLeadConsent")
     @requires("leads:update")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
     @blp.alt_response(404, response="NOT_FOUND")
@@ -185,6 +187,7 @@ class LeadConsentWithdrawal(MethodView):
 
 @blp.route("/privacy/erasures")
 class PersonErasures(MethodView):
+    @blp.doc(operationId="erasePerson")
     @requires("privacy:manage")
     @blp.arguments(PersonErasureSchema())
     @blp.response(200, one(ErasuresSchema))
@@ -197,6 +200,7 @@ class PersonErasures(MethodView):
 
 @blp.route("/privacy/subject")
 class Subject(MethodView):
+    @blp.doc(operationId="getDataSubject")
     @requires("privacy:manage")
     @blp.arguments(SubjectQuery(), location="query", unknown=ma.RAISE)
     @blp.response(200, one(SubjectSchema))

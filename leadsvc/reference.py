@@ -23,6 +23,7 @@ def pipeline(workspace_id: int) -> list[Status]:
 
 @blp.route("/statuses")
 class Statuses(MethodView):
+    @blp.doc(operationId="listStatuses")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(StatusSchema))
@@ -36,6 +37,7 @@ class Statuses(MethodView):
 
 @blp.route("/sources")
 class Sources(MethodView):
+    @blp.doc(operationId="listSources")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(SourceSchema))
@@ -46,6 +48,7 @@ class Sources(MethodView):
 
 @blp.route("/members")
 class Members(MethodView):
+    @blp.doc(operationId="listMembers")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(MemberSchema))
@@ -57,6 +60,7 @@ class Members(MethodView):
 
 @blp.route("/teams")
 class Teams(MethodView):
+    @blp.doc(operationId="listTeams")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(TeamSchema))
@@ -67,6 +71,7 @@ class Teams(MethodView):
 
 @blp.route("/custom-fields")
 class CustomFields(MethodView):
+    @blp.doc(operationId="listCustomFields")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(CustomFieldSchema))
@@ -78,6 +83,7 @@ class CustomFields(MethodView):
 
 @blp.route("/lost-reasons")
 class LostReasons(MethodView):
+    @blp.doc(operationId="listLostReasons")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(LostReasonSchema))
@@ -89,6 +95,7 @@ class LostReasons(MethodView):
 
 @blp.route("/forms")
 class Forms(MethodView):
+    @blp.doc(operationId="listForms")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(FormSchema))

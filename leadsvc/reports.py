@@ -281,6 +281,7 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
 
 @blp.route("/funnel")
 class Funnel(MethodView):
+    @blp.doc(operationId="getFunnelReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(FunnelSchema))
@@ -292,6 +293,7 @@ class Funnel(MethodView):
 
 @blp.route("/velocity")
 class Velocity(MethodView):
+    @blp.doc(operationId="getVelocityReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(VelocitySchema))
@@ -303,6 +305,7 @@ class Velocity(MethodView):
 
 @blp.route("/conversion")
 class Conversion(MethodView):
+    @blp.doc(operationId="getConversionReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(ConversionSchema))

@@ -46,6 +46,7 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
 
 @blp.route("/leads/<lead_id:public_id>/notes")
 class LeadNotes(MethodView):
+    @blp.doc(operationId="listLeadNotes")
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(NoteSchema))
@@ -56,6 +57,7 @@ class LeadNotes(MethodView):
         lead = visible_lead_or_404(public_id)
         return json_response(history_page("notes", Note, lead, params, note_document))
 
+    @blp.doc(operationId="addLeadNote")
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(201, NoteDocumentSchema)
@@ -71,6 +73,7 @@ class LeadNotes(MethodView):
 
 @blp.route("/notes/<note_id:public_id>")
 class LeadNote(MethodView):
+    @blp.doc(operationId="updateNote")
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(200, NoteDocumentSchema)
@@ -83,6 +86,7 @@ class LeadNote(MethodView):
         note = pipeline.edit_note(visible_note_or_404(public_id), data["body"], actor(), refs)
         return json_response({"data": note_document(note, ActorNames([note], refs))})
 
+    @blp.doc(operationId="deleteNote")
     @requires("notes:write")
     @blp.response(204)
     @blp.alt_response(404, response="NOT_FOUND")
@@ -95,6 +99,7 @@ class LeadNote(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/activities")
 class LeadActivities(MethodView):
+    @blp.doc(operationId="logLeadActivity")
     @requires("activities:write")
     @blp.arguments(ActivityCreateSchema())
     @blp.response(201, ActivityLoggedSchema)
@@ -112,6 +117,7 @@ class LeadActivities(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/transitions")
 class LeadTransitions(MethodView):
+    @blp.doc(operationId="listLeadTransitions")
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(TransitionSchema))
@@ -125,6 +131,7 @@ class LeadTransitions(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/audit")
 class LeadAudit(MethodView):
+    @blp.doc(operationId="listLeadAuditEntries")
     @requires("audit:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(AuditEntrySchema))

@@ -270,6 +270,7 @@ def _hook(public_id: str) -> Webhook:
 
 @blp.route("")
 class Webhooks(MethodView):
+    @blp.doc(operationId="listWebhooks")
     @requires("webhooks:manage")
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(WebhookSchema))
@@ -279,6 +280,7 @@ class Webhooks(MethodView):
             Webhook.created_at, Webhook.public_id)
         return json_response(whole_page(webhook_document(hook) for hook in hooks))
 
+    @blp.doc(operationId="createWebhook")
     @requires("webhooks:manage")
     @blp.arguments(WebhookCreateSchema())
     @blp.response(201, one(WebhookWithSecretSchema), description="Created; `secret` is shown this once.",
@@ -295,6 +297,7 @@ class Webhooks(MethodView):
 
 @blp.route("/<webhook_id:public_id>")
 class WebhookResource(MethodView):
+    @blp.doc(operationId="getWebhook")
     @requires("webhooks:manage")
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, one(WebhookSchema))
@@ -303,6 +306,7 @@ class WebhookResource(MethodView):
         """Read a webhook (never its secret)"""
         return json_response({"data": webhook_document(_hook(public_id))})
 
+    @blp.doc(operationId="updateWebhook")
     @requires("webhooks:manage")
     @blp.arguments(WebhookPatchSchema())
     @blp.response(200, one(WebhookSchema))
@@ -312,6 +316,7 @@ class WebhookResource(MethodView):
         """Change a webhook's URL, events, description or active flag"""
         return json_response({"data": webhook_document(update_webhook(_hook(public_id), changes, settings()))})
 
+    @blp.doc(operationId="deleteWebhook")
     @requires("webhooks:manage")
     @blp.response(204)
     @blp.alt_response(404, response="NOT_FOUND")
@@ -323,6 +328,7 @@ class WebhookResource(MethodView):
 
 @blp.route("/<webhook_id:public_id>/rotate-secret")
 class WebhookRotation(MethodView):
+    @blp.doc(operationId="rotateWebhookSecret")
     @requires("webhooks:manage")
     @blp.response(200, one(WebhookWithSecretSchema), description="The new `secret`, shown this once.")
     @blp.alt_response(404, response="NOT_FOUND")
@@ -336,6 +342,7 @@ class WebhookRotation(MethodView):
 
 @blp.route("/<webhook_id:public_id>/test")
 class WebhookTest(MethodView):
+    @blp.doc(operationId="testWebhook")
     @requires("webhooks:manage")
     @blp.response(202, one(DeliverySchema), description="The webhook.test delivery, due at once.")
     @blp.alt_response(404, response="NOT_FOUND")
@@ -348,6 +355,7 @@ class WebhookTest(MethodView):
 
 @blp.route("/<webhook_id:public_id>/deliveries")
 class WebhookDeliveries(MethodView):
+    @blp.doc(operationId="listWebhookDeliveries")
     @requires("webhooks:manage")
     @blp.arguments(DeliveriesQuery(), location="query")
     @blp.response(200, page_of(DeliverySchema))
@@ -360,6 +368,7 @@ class WebhookDeliveries(MethodView):
 
 @blp.route("/<webhook_id:public_id>/deliveries/<delivery_id:delivery_id>/replay")
 class DeliveryReplay(MethodView):
+    @blp.doc(operationId="replayWebhookDelivery")
     @requires("webhooks:manage")
     @blp.response(202, one(DeliverySchema), description="The delivery, due again at once.")
     @blp.alt_response(404, response="NOT_FOUND")
