@@ -79,7 +79,6 @@ class Leads(MethodView):
     @blp.alt_response(200, schema=LeadDuplicateSchema, success=True,
                       description="A lead with this phone or e-mail exists: nothing was created.")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Create a lead, or find (and optionally update) the duplicate it matches"""
         created, body = create_answer(data, actor(), request_refs())
@@ -97,7 +96,6 @@ class LeadsBatch(MethodView):
     @requires("leads:create")
     @blp.arguments(LeadBatchSchema())
     @blp.response(200, LeadBatchResultSchema, description="One result per item, in the order sent.")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, batch):
         """Create up to 100 leads, each as POST /api/v1/leads would, in its own transaction"""
         # The request is parsed, authenticated, rate limited and given its reference data once;
@@ -131,7 +129,6 @@ class LeadResource(MethodView):
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
     @blp.alt_response(304, description="Not modified: the lead still has the ETag sent in If-None-Match.",
                       headers=ETAG_HEADER, success=True)
-    @blp.alt_response(404, response="NOT_FOUND")
     def get(self, query, public_id):
         """Read a lead, optionally with its activities and notes"""
         lead = visible_lead_or_404(public_id)
@@ -157,10 +154,8 @@ class LeadResource(MethodView):
     @requires("leads:update")
     @blp.arguments(LeadPatchSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, changes, public_id):
         """Update the fields sent (owner needs leads:assign)"""
         if "owner" in changes and "leads:assign" not in caller().abilities:
@@ -177,10 +172,8 @@ class LeadStatus(MethodView):
     @requires("leads:status")
     @blp.arguments(StatusMoveSchema())
     @blp.response(200, StatusMoveResultSchema, headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, move, public_id):
         """Move a lead to another pipeline status"""
         lead = visible_lead_or_404(public_id)

@@ -162,9 +162,7 @@ class LeadErasure(MethodView):
     @requires("privacy:manage")
     @blp.arguments(EraseSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Erase a lead's personal data (its history and reports stay, anonymised)"""
         refs = request_refs()
@@ -177,7 +175,6 @@ class LeadConsentWithdrawal(MethodView):
     @blp.doc(operationId="withdrawLeadConsent")
     @requires("leads:update")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Record that the person withdrew consent, and make the lead do-not-contact"""
@@ -191,7 +188,6 @@ class PersonErasures(MethodView):
     @requires("privacy:manage")
     @blp.arguments(PersonErasureSchema())
     @blp.response(200, one(ErasuresSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Erase every lead of a person, found by phone and/or e-mail"""
         erased = erase_person(data.get("phone"), data.get("email"), data["reason"], actor(), request_refs())
@@ -204,7 +200,6 @@ class Subject(MethodView):
     @requires("privacy:manage")
     @blp.arguments(SubjectQuery(), location="query", unknown=ma.RAISE)
     @blp.response(200, one(SubjectSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, query):
         """Everything the workspace holds about a person, found by phone or e-mail"""
         return json_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),

@@ -285,7 +285,6 @@ class Funnel(MethodView):
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(FunnelSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """How many leads reached each status, and step-to-step conversion"""
         return json_response({"data": funnel(caller(), filters, request_refs())})
@@ -297,7 +296,6 @@ class Velocity(MethodView):
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(VelocitySchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """Median and p90 time in each status, and median time to won"""
         return json_response({"data": velocity(caller(), filters, request_refs())})
@@ -309,7 +307,6 @@ class Conversion(MethodView):
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(ConversionSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """Won rate overall, by source and by owner; lost leads by reason"""
         return json_response({"data": conversion(caller(), filters, request_refs())})

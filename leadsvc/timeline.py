@@ -50,8 +50,6 @@ class LeadNotes(MethodView):
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(NoteSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's notes, newest first"""
         lead = visible_lead_or_404(public_id)
@@ -61,8 +59,6 @@ class LeadNotes(MethodView):
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(201, NoteDocumentSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Add a note to a lead"""
         lead = visible_lead_or_404(public_id)
@@ -77,9 +73,7 @@ class LeadNote(MethodView):
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(200, NoteDocumentSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, data, public_id):
         """Change a note's body (its author or an admin)"""
         refs = request_refs()
@@ -89,7 +83,6 @@ class LeadNote(MethodView):
     @blp.doc(operationId="deleteNote")
     @requires("notes:write")
     @blp.response(204)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def delete(self, public_id):
         """Delete a note (its author or an admin)"""
@@ -103,8 +96,6 @@ class LeadActivities(MethodView):
     @requires("activities:write")
     @blp.arguments(ActivityCreateSchema())
     @blp.response(201, ActivityLoggedSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Log a call, e-mail, meeting or message (moves last_activity_at and the score)"""
         lead = visible_lead_or_404(public_id)
@@ -121,8 +112,6 @@ class LeadTransitions(MethodView):
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(TransitionSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's stage moves, oldest first"""
         lead = visible_lead_or_404(public_id)
@@ -135,8 +124,6 @@ class LeadAudit(MethodView):
     @requires("audit:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(AuditEntrySchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's audit entries, oldest first"""
         lead = visible_lead_or_404(public_id)
