@@ -5,23 +5,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from flask import Flask
-from jinja2 import ChoiceLoader, PackageLoader
+from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, headers, health, idempotency, leads, limits, metrics, observability, privacy,
-               problems, reference, reports, timeline, webhooks)
+from . import (db, docs, export, forms, headers, health, idempotency, leads, limits, metrics, observability, openapi,
+               privacy, problems, reference, reports, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
-from .problems import ProblemApi
-from .schemas import SchemaKeywordsPlugin
 
 __version__ = "0.1.0"
-
-API_DESCRIPTION = """\
-The lead pipeline of one workspace: list, create, read, update and move leads through
-pipeline stages. Every request outside the probes, the docs and web forms carries
-`Authorization: Bearer lsk_...`; errors are RFC 9457 problem documents whose `code` is
-explained at `/docs/api/problems/<code>`."""
 
 
 def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
@@ -32,35 +24,15 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     app.config.update(
         LEADSVC=settings,
         MAX_CONTENT_LENGTH=settings["api"]["max_body_bytes"],
-        API_TITLE="leadsvc",
-        API_VERSION=__version__,
-        OPENAPI_VERSION="3.1.0",
-        OPENAPI_URL_PREFIX="/",
-        OPENAPI_JSON_PATH="api/v1/openapi.json",
-        OPENAPI_SWAGGER_UI_PATH="docs",
-        # Relative, so the assets resolve under whatever prefix the app is mounted at.
-        OPENAPI_SWAGGER_UI_URL="docs/assets/swagger_ui/vendor/",
-        OPENAPI_SWAGGER_UI_CONFIG={"persistAuthorization": True, "validatorUrl": None,
-                                   "deepLinking": True, "tryItOutEnabled": True},
-        API_SPEC_OPTIONS={
-            "info": {"description": API_DESCRIPTION, "license": {"name": "MIT", "identifier": "MIT"}},
-            # Relative: requests go to the host that served the document. Under a mount prefix the
-            # served document names the prefix instead (docs.served_openapi_json).
-            "servers": [{"url": "/"}],
-            "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}}},
-            "security": [{"bearerAuth": []}],
-        },
     )
     app.json.sort_keys = False   # keep the schemas' field order
-    # Package loaders, not the filesystem: templates must also load from inside leadsvc.pyz.
-    app.jinja_loader = ChoiceLoader([PackageLoader("leadsvc", "templates"),
-                                     PackageLoader("flask_smorest", "spec/templates")])
+    # A package loader, not the filesystem: templates must also load from inside leadsvc.pyz.
+    app.jinja_loader = PackageLoader("leadsvc", "templates")
     db.init_app(app)
     observability.init_app(app)
     headers.init_app(app)
     metrics.init_app(app)
-    api = ProblemApi(app, spec_kwargs={"extra_plugins": [idempotency.IdempotencySpecPlugin(), SchemaKeywordsPlugin(),
-                                                         leads.ConditionalRequestsPlugin()]})
+    api = openapi.init_app(app, __version__)
     problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, privacy.blp, reports.blp, reference.blp,
@@ -68,9 +40,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)
-    app.view_functions["api-docs.openapi_json"] = docs.served_openapi_json
-    app.extensions["leadsvc.api"] = api
-    limiter = limits.init_app(app, exempt=(health.blp, docs.blp, docs.home, app.blueprints["api-docs"], metrics.blp))
+    limiter = limits.init_app(app, exempt=(health.blp, docs.blp, docs.home, openapi.blp, metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
     limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
     idempotency.init_app(app)   # after the limiter: a 429 never reserves a key

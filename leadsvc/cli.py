@@ -524,7 +524,7 @@ def webhooks_replay(ctx: click.Context, webhook_id: str, delivery_id: str) -> No
 @click.pass_context
 def openapi(ctx: click.Context, output: str | None) -> None:
     """Print the OpenAPI document."""
-    from .docs import openapi_json
+    from .openapi import openapi_json
 
     text = openapi_json(_app(ctx))
     if output:

@@ -60,6 +60,7 @@ CSV_RESPONSE = {"type": "string", "description": "A header row, then one row per
 
 @blp.route("/export.csv")
 class LeadExport(MethodView):
+    @blp.doc(operationId="exportLeads")
     @requires("leads:read")
     @blp.arguments(ExportQuery(), location="query")
     @blp.response(200, CSV_RESPONSE, content_type="text/csv",

@@ -196,8 +196,8 @@ def page(form: Form, refs: Refs, *, values: Mapping[str, str] | None = None,
 
 @blp.route("/forms/<form_id>")
 class FormPage(MethodView):
-    @blp.doc(security=[], responses={"200": {"description": "The form.", **HTML_PAGE},
-                                     "404": {"description": "No such form.", **HTML_PAGE}})
+    @blp.doc(operationId="getFormPage", security=[],
+             responses={"200": {"description": "The form.", **HTML_PAGE}, "404": {"description": "No such form.", **HTML_PAGE}})
     @blp.alt_response(429, response="TOO_MANY_REQUESTS")
     def get(self, form_id):
         """The web form, as an HTML page that works without JavaScript"""
@@ -210,7 +210,7 @@ class FormPage(MethodView):
 
 @blp.route("/api/v1/forms/<form_id>/submissions")
 class FormSubmissions(MethodView):
-    @blp.doc(security=[], requestBody=SUBMISSION_BODY, responses=SUBMISSION_PAGES)
+    @blp.doc(operationId="submitForm", security=[], requestBody=SUBMISSION_BODY, responses=SUBMISSION_PAGES)
     @blp.response(201, FormReceiptSchema, description="JSON: the submission was taken (a new lead, a duplicate of "
                   "one, or dropped by the honeypot: the receipt does not say which).")
     @blp.alt_response(403, response="FORBIDDEN")

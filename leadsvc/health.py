@@ -17,7 +17,7 @@ class HealthSchema(ma.Schema):
 
 @blp.route("/healthz")
 class Health(MethodView):
-    @blp.doc(security=[])
+    @blp.doc(operationId="checkHealth", security=[])
     @blp.response(200, HealthSchema)
     def get(self):
         """Answer while the process lives"""
@@ -26,7 +26,7 @@ class Health(MethodView):
 
 @blp.route("/readyz")
 class Ready(MethodView):
-    @blp.doc(security=[])
+    @blp.doc(operationId="checkReadiness", security=[])
     @blp.response(200, HealthSchema)
     @blp.alt_response(503, response="SERVICE_UNAVAILABLE")
     def get(self):

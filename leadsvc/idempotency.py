@@ -30,7 +30,6 @@ Hooked once in create_app, so every POST of every blueprint takes part:
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import re
@@ -39,7 +38,6 @@ from datetime import datetime, timedelta
 from typing import Any, Callable
 
 import peewee as pw
-from apispec import BasePlugin
 from flask import Flask, Response, current_app, g, request
 
 from .auth import current_caller
@@ -272,58 +270,3 @@ def _purge_expired(now: datetime) -> None:
         # Rows another open reservation is deleting are left to it, rather than waited for.
         expired = expired.for_update(skip_locked=True)
     IdempotencyKey.delete().where(IdempotencyKey.id.in_(expired)).execute()
-
-
-class IdempotencySpecPlugin(BasePlugin):
-    """Documents the Idempotency-Key header, and the 409 and 422 it can cause, on every POST."""
-
-    def init_spec(self, spec) -> None:
-        spec.components.parameter("IdempotencyKey", "header", {
-            "name": HEADER, "required": False,
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"^[\x21-\x7e]+$"},
-            "description": "Makes the POST safe to retry for 24 hours: a retry with the same key and body "
-                           "gets the first response again (with `Idempotent-Replayed: true`); the same key "
-                           "with another body is 422; a retry while the first is still running waits for "
-                           "it (409, or 503 on SQLite, if that takes too long; a batch's retry is 409 at once). 2xx and 4xx answers are kept, except 401, "
-                           "403 and 429; a 5xx keeps nothing and changes nothing (a batch keeps the items it "
-                           "created before it). Keys belong to the "
-                           "token that sent them (to the client IP without a token).",
-        })
-
-    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
-        post = (operations or {}).get("post")
-        if post is None:
-            return
-        post.setdefault("parameters", []).append("IdempotencyKey")
-        responses = post.setdefault("responses", {})
-        for status, name in ((409, "CONFLICT"), (422, "UNPROCESSABLE_ENTITY")):
-            if not any(str(code) == str(status) for code in responses):
-                responses[status] = name
-
-
-REPLAYED_DOC = {
-    "description": "`true` when this is the recorded answer to an earlier request with the same "
-                   "Idempotency-Key, replayed; absent otherwise.",
-    "schema": {"type": "string", "enum": ["true"]},
-}
-
-
-def document_replays(spec: dict[str, Any]) -> None:
-    """Name the Idempotent-Replayed header on every answer of a POST that a retry can replay: all
-    but 401, 403, 429 and 5xx (`default` included: it stands for 4xx codes such as 413 too).
-
-    A response that is a shared component (one problem response serves GETs as well) becomes the
-    POST's own copy of it with the header."""
-    components = spec.setdefault("components", {})
-    components.setdefault("headers", {})[REPLAYED_HEADER] = REPLAYED_DOC
-    header = {"$ref": f"#/components/headers/{REPLAYED_HEADER}"}
-    shared = components.get("responses", {})
-    for item in spec.get("paths", {}).values():
-        responses = item.get("post", {}).get("responses", {})
-        for status, response in responses.items():
-            if status[0] == "5" or status.isdigit() and int(status) in UNRECORDED_STATUSES:
-                continue
-            if "$ref" in response:
-                response = copy.deepcopy(shared[response["$ref"].rsplit("/", 1)[1]])
-            response["headers"] = {**response.get("headers", {}), REPLAYED_HEADER: header}
-            responses[status] = response

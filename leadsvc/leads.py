@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from apispec import BasePlugin
 from flask import request
 from flask.views import MethodView
 
@@ -26,22 +25,6 @@ blp = Blueprint("leads", __name__, url_prefix="/api/v1/leads",
                 description="Leads in the caller's scope: list, create, read, update, move through the pipeline.")
 
 TIMELINE_LIMIT = 100
-IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
-            "description": "The ETag you read; 412 if the lead changed since."}
-IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"},
-                 "description": "The ETag you read; 304 if the lead has not changed since (not with include)."}
-
-
-class ConditionalRequestsPlugin(BasePlugin):
-    """Documents If-Match on every operation that can answer 412 and If-None-Match on every one
-    that can answer 304: each status is that header's answer."""
-
-    def operation_helper(self, path=None, operations=None, **kwargs) -> None:
-        for operation in (operations or {}).values():
-            statuses = {str(status) for status in operation.get("responses", {})}
-            for status, header in (("412", IF_MATCH), ("304", IF_NONE_MATCH)):
-                if status in statuses:
-                    operation.setdefault("parameters", []).append(header)
 
 
 def lead_url(public_id: str) -> str:
@@ -64,6 +47,7 @@ def create_answer(created: pipeline.Created, refs: Refs) -> dict[str, Any]:
 
 @blp.route("")
 class Leads(MethodView):
+    @blp.doc(operationId="listLeads")
     @requires("leads:read")
     @blp.arguments(LeadListQuery(), location="query")   # an instance: webargs instantiates a class per request
     @blp.response(200, page_of(LeadSchema, LeadListMetaSchema))
@@ -77,6 +61,7 @@ class Leads(MethodView):
         rows, after = lead_page(visible_leads(), params, refs, settings())
         return json_response(page_document([lead_document(row, refs) for row in rows], after))
 
+    @blp.doc(operationId="createLead")
     @requires("leads:create")
     @blp.arguments(LeadCreateSchema())
     @blp.response(201, LeadCreatedSchema, description="Created; Location points at the new lead.",
@@ -84,7 +69,6 @@ class Leads(MethodView):
     @blp.alt_response(200, schema=LeadDuplicateSchema, success=True,
                       description="A lead with this phone or e-mail exists: nothing was created.")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Create a lead, or find (and optionally update) the duplicate it matches"""
         refs = request_refs()
@@ -100,10 +84,10 @@ class Leads(MethodView):
 class LeadsBatch(MethodView):
     commits_in_steps = True   # each item commits alone, with an Idempotency-Key too (idempotency.py)
 
+    @blp.doc(operationId="createLeadsBatch")
     @requires("leads:create")
     @blp.arguments(LeadBatchSchema())
     @blp.response(200, LeadBatchResultSchema, description="One result per item, in the order sent.")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, batch):
         """Create up to 100 leads, each as POST /api/v1/leads would, in its own transaction"""
         # The request is parsed, authenticated, rate limited and given its reference data once;
@@ -115,12 +99,12 @@ class LeadsBatch(MethodView):
 
 @blp.route("/<lead_id:public_id>")
 class LeadResource(MethodView):
+    @blp.doc(operationId="getLead")
     @requires("leads:read")
     @blp.arguments(LeadReadQuery(), location="query")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
     @blp.alt_response(304, description="Not modified: the lead still has the ETag sent in If-None-Match.",
                       headers=ETAG_HEADER, success=True)
-    @blp.alt_response(404, response="NOT_FOUND")
     def get(self, query, public_id):
         """Read a lead, optionally with its activities and notes"""
         lead = visible_lead_or_404(public_id)
@@ -142,13 +126,12 @@ class LeadResource(MethodView):
             document["notes"] = [note_document(row, names) for row in rows]
         return json_response({"data": document}, headers={"ETag": tag})
 
+    @blp.doc(operationId="updateLead")
     @requires("leads:update")
     @blp.arguments(LeadPatchSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, changes, public_id):
         """Update the fields sent (owner needs leads:assign)"""
         if "owner" in changes:
@@ -161,13 +144,12 @@ class LeadResource(MethodView):
 
 @blp.route("/<lead_id:public_id>/status")
 class LeadStatus(MethodView):
+    @blp.doc(operationId="moveLeadStatus")
     @requires("leads:status")
     @blp.arguments(StatusMoveSchema())
     @blp.response(200, StatusMoveResultSchema, headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, move, public_id):
         """Move a lead to another pipeline status"""
         lead = visible_lead_or_404(public_id)

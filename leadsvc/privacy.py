@@ -159,12 +159,11 @@ blp = Blueprint("privacy", __name__, url_prefix="/api/v1",
 
 @blp.route("/leads/<lead_id:public_id>/erase")
 class LeadErasure(MethodView):
+    @blp.doc(operationId="eraseLead")
     @requires("privacy:manage")
     @blp.arguments(EraseSchema())
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Erase a lead's personal data (its history and reports stay, anonymised)"""
         refs = request_refs()
@@ -174,9 +173,9 @@ class LeadErasure(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/consent/withdraw")
 class LeadConsentWithdrawal(MethodView):
+    @blp.doc(operationId="withdrawLeadConsent")
     @requires("leads:update")
     @blp.response(200, one(LeadSchema), headers=ETAG_HEADER)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Record that the person withdrew consent, and make the lead do-not-contact"""
@@ -186,10 +185,10 @@ class LeadConsentWithdrawal(MethodView):
 
 @blp.route("/privacy/erasures")
 class PersonErasures(MethodView):
+    @blp.doc(operationId="erasePerson")
     @requires("privacy:manage")
     @blp.arguments(PersonErasureSchema())
     @blp.response(200, one(ErasuresSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Erase every lead of a person, found by phone and/or e-mail"""
         erased = erase_person(data.get("phone"), data.get("email"), data["reason"], actor(), request_refs())
@@ -198,10 +197,10 @@ class PersonErasures(MethodView):
 
 @blp.route("/privacy/subject")
 class Subject(MethodView):
+    @blp.doc(operationId="getDataSubject")
     @requires("privacy:manage")
     @blp.arguments(SubjectQuery(), location="query", unknown=ma.RAISE)
     @blp.response(200, one(SubjectSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, query):
         """Everything the workspace holds about a person, found by phone or e-mail"""
         return json_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),

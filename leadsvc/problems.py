@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http
 import json
 import logging
 from typing import Any, Mapping
@@ -84,20 +83,6 @@ DEFAULT_DETAILS = {
     "internal_error": "The service failed to handle this request.",
     "not_implemented": "The service does not know this method.",
     "service_unavailable": "The database is not available right now; retry shortly.",
-}
-
-
-def _integer_header(description: str) -> dict[str, Any]:
-    return {"description": description, "schema": {"type": "integer", "minimum": 0}}
-
-
-# Headers that come with some problems, for the OpenAPI document.
-RESPONSE_HEADERS: dict[int, dict[str, Any]] = {
-    429: {"Retry-After": _integer_header("Seconds until the rate limit resets."),
-          "RateLimit-Limit": _integer_header("Requests allowed in the window."),
-          "RateLimit-Remaining": _integer_header("Requests left in the window."),
-          "RateLimit-Reset": _integer_header("Seconds until the window resets.")},
-    503: {"Retry-After": _integer_header("Seconds to wait before retrying.")},
 }
 
 
@@ -276,31 +261,3 @@ def init_app(app: Flask) -> None:
     """Domain errors and unexpected ones become problem documents too (the Api handles HTTP errors)."""
     app.register_error_handler(Problem, handle_problem)
     app.register_error_handler(Exception, handle_unexpected)
-
-
-def document_problems(spec: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAPI document (APISpec.to_dict()) with its error responses as problem documents.
-
-    flask-smorest registers a response component per HTTP status with ERROR_SCHEMA in its
-    default response content type, application/json; the document says what the service sends,
-    application/problem+json, and names the headers that come with a 429 or a 503."""
-    components = spec.get("components", {})
-    if "responses" in components:
-        spec["components"] = {**components, "responses": {
-            name: _as_problem(name, response) for name, response in components["responses"].items()}}
-    return spec
-
-
-_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
-
-
-def _as_problem(name: str, response: dict[str, Any]) -> dict[str, Any]:
-    content = response.get("content", {})
-    if [media.get("schema") for media in content.values()] != [_PROBLEM_REF]:
-        return response
-    problem = {key: value for key, value in response.items() if key != "content"}
-    status = http.HTTPStatus.__members__.get(name)
-    if status in RESPONSE_HEADERS:
-        problem["headers"] = RESPONSE_HEADERS[status]
-    problem["content"] = {PROBLEM_MIMETYPE: next(iter(content.values()))}
-    return problem

@@ -21,6 +21,7 @@ blp = Blueprint("reference", __name__, url_prefix="/api/v1", description="Refere
 
 @blp.route("/statuses")
 class Statuses(MethodView):
+    @blp.doc(operationId="listStatuses")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(StatusSchema))
@@ -34,6 +35,7 @@ class Statuses(MethodView):
 
 @blp.route("/sources")
 class Sources(MethodView):
+    @blp.doc(operationId="listSources")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(SourceSchema))
@@ -44,6 +46,7 @@ class Sources(MethodView):
 
 @blp.route("/members")
 class Members(MethodView):
+    @blp.doc(operationId="listMembers")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(MemberSchema))
@@ -58,6 +61,7 @@ class Members(MethodView):
 
 @blp.route("/teams")
 class Teams(MethodView):
+    @blp.doc(operationId="listTeams")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(TeamSchema))
@@ -68,6 +72,7 @@ class Teams(MethodView):
 
 @blp.route("/custom-fields")
 class CustomFields(MethodView):
+    @blp.doc(operationId="listCustomFields")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(CustomFieldSchema))
@@ -78,6 +83,7 @@ class CustomFields(MethodView):
 
 @blp.route("/lost-reasons")
 class LostReasons(MethodView):
+    @blp.doc(operationId="listLostReasons")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(LostReasonSchema))
@@ -88,6 +94,7 @@ class LostReasons(MethodView):
 
 @blp.route("/forms")
 class Forms(MethodView):
+    @blp.doc(operationId="listForms")
     @requires()
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(FormSchema))

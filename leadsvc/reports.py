@@ -282,10 +282,10 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
 
 @blp.route("/funnel")
 class Funnel(MethodView):
+    @blp.doc(operationId="getFunnelReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(FunnelSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """How many leads reached each status, and step-to-step conversion"""
         return json_response({"data": funnel(caller(), filters, request_refs())})
@@ -293,10 +293,10 @@ class Funnel(MethodView):
 
 @blp.route("/velocity")
 class Velocity(MethodView):
+    @blp.doc(operationId="getVelocityReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(VelocitySchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """Median and p90 time in each status, and median time to won"""
         return json_response({"data": velocity(caller(), filters, request_refs())})
@@ -304,10 +304,10 @@ class Velocity(MethodView):
 
 @blp.route("/conversion")
 class Conversion(MethodView):
+    @blp.doc(operationId="getConversionReport")
     @requires("reports:read")
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(ConversionSchema))
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, filters):
         """Won rate overall, by source and by owner; lost leads by reason"""
         return json_response({"data": conversion(caller(), filters, request_refs())})

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import marshmallow as ma
-from apispec import BasePlugin
 
 from .fields import (BLANK_PATTERN, CustomFieldValues, JsonBoolean, LowerEmail, Mobile, Money, PublicId, Text,
                      UtcAwareDateTime, comma_separated, list_items, required_text)
@@ -28,16 +27,6 @@ def missing_contact(phone: str | None, email: str | None) -> dict[str, list[str]
 
 # missing_contact's rule in JSON Schema (neither field takes null or an empty string on a create).
 PHONE_OR_EMAIL = {"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}
-
-
-class SchemaKeywordsPlugin(BasePlugin):
-    """apispec documents fields; a rule across fields, such as "a phone or an e-mail", is declared
-    as JSON Schema in the marshmallow schema's `Meta.json_schema` and added to its component."""
-
-    def schema_helper(self, name, definition, **kwargs):
-        schema = kwargs.get("schema")
-        meta = getattr(schema if isinstance(schema, type) else type(schema), "Meta", None)
-        return dict(getattr(meta, "json_schema", {}))
 
 
 # What a create does with the lead its phone or e-mail matches (the first is the default).

@@ -47,21 +47,19 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
 
 @blp.route("/leads/<lead_id:public_id>/notes")
 class LeadNotes(MethodView):
+    @blp.doc(operationId="listLeadNotes")
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(NoteSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's notes, newest first"""
         lead = visible_lead_or_404(public_id)
         return json_response(history_page("notes", Note, lead, params, note_document))
 
+    @blp.doc(operationId="addLeadNote")
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(201, NoteDocumentSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Add a note to a lead"""
         lead = visible_lead_or_404(public_id)
@@ -72,21 +70,20 @@ class LeadNotes(MethodView):
 
 @blp.route("/notes/<note_id:public_id>")
 class LeadNote(MethodView):
+    @blp.doc(operationId="updateNote")
     @requires("notes:write")
     @blp.arguments(NoteCreateSchema())
     @blp.response(200, NoteDocumentSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, data, public_id):
         """Change a note's body (its author or an admin)"""
         refs = request_refs()
         note = pipeline.edit_note(visible_note_or_404(public_id), data["body"], actor(), refs)
         return json_response({"data": note_document(note, ActorNames([note], refs))})
 
+    @blp.doc(operationId="deleteNote")
     @requires("notes:write")
     @blp.response(204)
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def delete(self, public_id):
         """Delete a note (its author or an admin)"""
@@ -96,11 +93,10 @@ class LeadNote(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/activities")
 class LeadActivities(MethodView):
+    @blp.doc(operationId="logLeadActivity")
     @requires("activities:write")
     @blp.arguments(ActivityCreateSchema())
     @blp.response(201, ActivityLoggedSchema)
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data, public_id):
         """Log a call, e-mail, meeting or message (moves last_activity_at and the score)"""
         lead = visible_lead_or_404(public_id)
@@ -113,11 +109,10 @@ class LeadActivities(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/transitions")
 class LeadTransitions(MethodView):
+    @blp.doc(operationId="listLeadTransitions")
     @requires("leads:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(TransitionSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's stage moves, oldest first"""
         lead = visible_lead_or_404(public_id)
@@ -126,11 +121,10 @@ class LeadTransitions(MethodView):
 
 @blp.route("/leads/<lead_id:public_id>/audit")
 class LeadAudit(MethodView):
+    @blp.doc(operationId="listLeadAuditEntries")
     @requires("audit:read")
     @blp.arguments(HistoryQuery(), location="query")
     @blp.response(200, page_of(AuditEntrySchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a lead's audit entries, oldest first"""
         lead = visible_lead_or_404(public_id)

@@ -270,6 +270,7 @@ def _hook(public_id: str) -> Webhook:
 
 @blp.route("")
 class Webhooks(MethodView):
+    @blp.doc(operationId="listWebhooks")
     @requires("webhooks:manage")
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, page_of(WebhookSchema))
@@ -279,12 +280,12 @@ class Webhooks(MethodView):
             Webhook.created_at, Webhook.public_id)
         return json_response(whole_page(webhook_document(hook) for hook in hooks))
 
+    @blp.doc(operationId="createWebhook")
     @requires("webhooks:manage")
     @blp.arguments(WebhookCreateSchema())
     @blp.response(201, one(WebhookWithSecretSchema), description="Created; `secret` is shown this once.",
                   headers={"Location": {"schema": {"type": "string"}}})
     @blp.alt_response(409, response="CONFLICT")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def post(self, data):
         """Register a webhook; its signing secret is shown once"""
         hook, secret = create_webhook(caller().workspace.id, data, settings())
@@ -295,26 +296,25 @@ class Webhooks(MethodView):
 
 @blp.route("/<webhook_id:public_id>")
 class WebhookResource(MethodView):
+    @blp.doc(operationId="getWebhook")
     @requires("webhooks:manage")
     @blp.arguments(NoQuery, location="query", as_kwargs=True)
     @blp.response(200, one(WebhookSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
     def get(self, public_id):
         """Read a webhook (never its secret)"""
         return json_response({"data": webhook_document(_hook(public_id))})
 
+    @blp.doc(operationId="updateWebhook")
     @requires("webhooks:manage")
     @blp.arguments(WebhookPatchSchema())
     @blp.response(200, one(WebhookSchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def patch(self, changes, public_id):
         """Change a webhook's URL, events, description or active flag"""
         return json_response({"data": webhook_document(update_webhook(_hook(public_id), changes, settings()))})
 
+    @blp.doc(operationId="deleteWebhook")
     @requires("webhooks:manage")
     @blp.response(204)
-    @blp.alt_response(404, response="NOT_FOUND")
     def delete(self, public_id):
         """Delete a webhook and its deliveries"""
         delete_webhook(_hook(public_id))
@@ -323,9 +323,9 @@ class WebhookResource(MethodView):
 
 @blp.route("/<webhook_id:public_id>/rotate-secret")
 class WebhookRotation(MethodView):
+    @blp.doc(operationId="rotateWebhookSecret")
     @requires("webhooks:manage")
     @blp.response(200, one(WebhookWithSecretSchema), description="The new `secret`, shown this once.")
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Rotate the signing secret (the previous one also signs for 24 hours)"""
@@ -336,9 +336,9 @@ class WebhookRotation(MethodView):
 
 @blp.route("/<webhook_id:public_id>/test")
 class WebhookTest(MethodView):
+    @blp.doc(operationId="testWebhook")
     @requires("webhooks:manage")
     @blp.response(202, one(DeliverySchema), description="The webhook.test delivery, due at once.")
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Send a webhook.test event to this webhook now"""
@@ -348,11 +348,10 @@ class WebhookTest(MethodView):
 
 @blp.route("/<webhook_id:public_id>/deliveries")
 class WebhookDeliveries(MethodView):
+    @blp.doc(operationId="listWebhookDeliveries")
     @requires("webhooks:manage")
     @blp.arguments(DeliveriesQuery(), location="query")
     @blp.response(200, page_of(DeliverySchema))
-    @blp.alt_response(404, response="NOT_FOUND")
-    @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, params, public_id):
         """List a webhook's deliveries, newest first"""
         return json_response(page_document(*deliveries_page(_hook(public_id), params)))
@@ -360,9 +359,9 @@ class WebhookDeliveries(MethodView):
 
 @blp.route("/<webhook_id:public_id>/deliveries/<delivery_id:delivery_id>/replay")
 class DeliveryReplay(MethodView):
+    @blp.doc(operationId="replayWebhookDelivery")
     @requires("webhooks:manage")
     @blp.response(202, one(DeliverySchema), description="The delivery, due again at once.")
-    @blp.alt_response(404, response="NOT_FOUND")
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id, delivery_id):
         """Send a delivery again as its next attempt (same webhook-id, new timestamp)"""
