@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from ipaddress import ip_address
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from flask import Blueprint, Flask, Response, current_app, g, request, request_finished
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -39,6 +39,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.series: dict[tuple[str, str, int], tuple[Any, Any]] = {}   # (method, route, status) -> its children
         self.requests = Counter(
             "leadsvc_http_requests_total", "Requests answered, by method, route template and status.",
             ["method", "route", "status"], registry=self.registry)
@@ -67,8 +68,14 @@ class Metrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """One answered request."""
-        self.requests.labels(method, route, str(status)).inc()
-        self.duration.labels(route).observe(seconds)
+        key = (method, route, status)
+        series = self.series.get(key)
+        if series is None:   # labels() takes a lock and converts every value: once per label set
+            series = self.series[key] = (self.requests.labels(method, route, str(status)),
+                                         self.duration.labels(route))
+        count, duration = series
+        count.inc()
+        duration.observe(seconds)
         if status == 503:   # the only 503 the service gives: the database is down, locked or full
             self.database_errors.inc()
 
