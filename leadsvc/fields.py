@@ -216,17 +216,12 @@ class Money(ma.fields.Float):
         super().__init__(allow_nan=False, validate=ma.validate.Range(0, self.MAX), **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
-        if isinstance(value, bool):
+        if isinstance(value, (bool, str)):   # the contract says number: neither true nor "100" is one
             raise self.make_error("invalid")
         number = super()._deserialize(value, attr, data, **kwargs)
         if abs(number) > self.MAX:
             return number   # out of range: the validator refuses it (quantize would overflow on 1e308)
         return Decimal(str(number)).quantize(Decimal("0.01"))
-
-    def _validated(self, value):
-        if isinstance(value, str):   # the contract says number: "100" is not one
-            raise self.make_error("invalid")
-        return super()._validated(value)
 
 
 MAX_CUSTOM_FIELDS = 50

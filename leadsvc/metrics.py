@@ -1,20 +1,21 @@
-"""GET /metrics: request counts, a latency histogram and database errors in Prometheus text format.
+"""GET /metrics: request counts, a latency histogram, database errors and webhook deliveries.
 
-Counters are plain integers under one lock, kept per app (so per process: scrape every process).
-A request costs a tuple key, a bisect and two dict updates. The endpoint needs no token; it is
-answered only to the addresses in `metrics.allow_from` (loopback by default), is 404 to everyone
-else and when `metrics.enabled` is false, and is exempt from rate limits.
+prometheus_client keeps the metrics, in a registry per app (so per process: scrape every
+process), and writes the text format. The endpoint needs no token; it is answered only to the
+addresses in `metrics.allow_from` (loopback by default), is 404 to everyone else and when
+`metrics.enabled` is false, and is exempt from rate limits.
 """
 
 from __future__ import annotations
 
-import threading
+import math
 import time
-from bisect import bisect_left
 from ipaddress import ip_address
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request, request_finished
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from .config import networks
 from .db import UNAVAILABLE_ERRORS
@@ -28,104 +29,76 @@ blp = Blueprint("metrics", __name__)
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Delivery lag: well under a second when receivers answer, hours when they are retried.
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The format generate_latest writes.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
 class Metrics:
-    """The counters of one app."""
+    """The metrics of one app, in a registry of its own: tests and host applications build many apps
+    in one process, and prometheus_client's global registry would refuse the second app's names."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: dict[tuple[str, str, int], int] = {}
-        self.latency: dict[str, list] = {}     # route -> [bucket counts..., +Inf count, sum]
-        self.database_errors = 0
-        self.started = time.time()
-        self.deliveries: dict[str, int] = {}     # outcome of each delivery attempt -> count
-        self.lag = [0] * (len(LAG_BUCKETS) + 1) + [0.0]
+        self.registry = CollectorRegistry()
+        self.series: dict[tuple[str, str, int], tuple[Any, Any]] = {}   # (method, route, status) -> its children
+        self.requests = Counter(
+            "leadsvc_http_requests_total", "Requests answered, by method, route template and status.",
+            ["method", "route", "status"], registry=self.registry)
+        self.duration = Histogram(
+            "leadsvc_http_request_duration_seconds", "Time to build a response, by route template.",
+            ["route"], buckets=BUCKETS, registry=self.registry)
+        self.database_errors = Counter(
+            "leadsvc_database_errors_total", "Requests answered 503 because the database was down, "
+            "locked past its timeout or out of connections.", registry=self.registry)
+        Gauge("leadsvc_process_start_time_seconds", "When this process started serving, in Unix time.",
+              registry=self.registry).set_to_current_time()
+        self.deliveries = Counter(
+            "leadsvc_webhook_deliveries_total", "Webhook delivery attempts made by this process, by outcome "
+            "(the delivery's state after the attempt).", ["outcome"], registry=self.registry)
+        self.lag = Histogram(
+            "leadsvc_webhook_lag_seconds", "From the commit of a change to the successful delivery of its event.",
+            buckets=LAG_BUCKETS, registry=self.registry)
+        Gauge("leadsvc_webhook_backlog", "Webhook deliveries due now and not yet attempted "
+              "(all processes on this database).", registry=self.registry).set_function(webhook_backlog)
 
     def delivery(self, outcome: str, lag_seconds: float | None) -> None:
         """One delivery attempt's outcome (its state after it) and, for a success, commit-to-delivery lag."""
-        with self.lock:
-            self.deliveries[outcome] = self.deliveries.get(outcome, 0) + 1
-            if lag_seconds is not None:
-                self.lag[bisect_left(LAG_BUCKETS, lag_seconds)] += 1
-                self.lag[-1] += lag_seconds
+        self.deliveries.labels(outcome).inc()
+        if lag_seconds is not None:
+            self.lag.observe(lag_seconds)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One answered request."""
         key = (method, route, status)
-        slot = bisect_left(BUCKETS, seconds)
-        with self.lock:
-            self.requests[key] = self.requests.get(key, 0) + 1
-            counts = self.latency.get(route)
-            if counts is None:
-                counts = self.latency[route] = [0] * (len(BUCKETS) + 1) + [0.0]
-            counts[slot] += 1
-            counts[-1] += seconds
-            if status == 503:   # the only 503 the service gives: the database is down, locked or full
-                self.database_errors += 1
+        series = self.series.get(key)
+        if series is None:   # labels() takes a lock and converts every value: once per label set
+            series = self.series[key] = (self.requests.labels(method, route, str(status)),
+                                         self.duration.labels(route))
+        count, duration = series
+        count.inc()
+        duration.observe(seconds)
+        if status == 503:   # the only 503 the service gives: the database is down, locked or full
+            self.database_errors.inc()
 
-    def render(self) -> str:
-        with self.lock:
-            requests = sorted(self.requests.items())
-            latency = sorted((route, list(counts)) for route, counts in self.latency.items())
-            database_errors = self.database_errors
-            deliveries, lag = sorted(self.deliveries.items()), list(self.lag)
-        lines = [
-            "# HELP leadsvc_http_requests_total Requests answered, by method, route template and status.",
-            "# TYPE leadsvc_http_requests_total counter",
-        ]
-        lines += [f'leadsvc_http_requests_total{{method="{_label(m)}",route="{_label(r)}",status="{s}"}} {n}'
-                  for (m, r, s), n in requests]
-        lines += [
-            "# HELP leadsvc_http_request_duration_seconds Time to build a response, by route template.",
-            "# TYPE leadsvc_http_request_duration_seconds histogram",
-        ]
-        for route, counts in latency:
-            label = _label(route)
-            total = 0
-            for bound, count in zip((*BUCKETS, "+Inf"), counts[:-1]):
-                total += count
-                lines.append(f'leadsvc_http_request_duration_seconds_bucket{{route="{label}",le="{bound}"}} {total}')
-            lines.append(f'leadsvc_http_request_duration_seconds_sum{{route="{label}"}} {counts[-1]:.6f}')
-            lines.append(f'leadsvc_http_request_duration_seconds_count{{route="{label}"}} {total}')
-        lines += [
-            "# HELP leadsvc_database_errors_total Requests answered 503 because the database was down, "
-            "locked past its timeout or out of connections.",
-            "# TYPE leadsvc_database_errors_total counter",
-            f"leadsvc_database_errors_total {database_errors}",
-            "# HELP leadsvc_process_start_time_seconds When this process started serving, in Unix time.",
-            "# TYPE leadsvc_process_start_time_seconds gauge",
-            f"leadsvc_process_start_time_seconds {self.started:.3f}",
-            "# HELP leadsvc_webhook_deliveries_total Webhook delivery attempts made by this process, by outcome "
-            "(the delivery's state after the attempt).",
-            "# TYPE leadsvc_webhook_deliveries_total counter",
-        ]
-        lines += [f'leadsvc_webhook_deliveries_total{{outcome="{_label(outcome)}"}} {n}' for outcome, n in deliveries]
-        lines += ["# HELP leadsvc_webhook_lag_seconds From the commit of a change to the successful delivery of its event.",
-                  "# TYPE leadsvc_webhook_lag_seconds histogram"]
-        total = 0
-        for bound, count in zip((*LAG_BUCKETS, "+Inf"), lag[:-1]):
-            total += count
-            lines.append(f'leadsvc_webhook_lag_seconds_bucket{{le="{bound}"}} {total}')
-        lines += [f"leadsvc_webhook_lag_seconds_sum {lag[-1]:.6f}", f"leadsvc_webhook_lag_seconds_count {total}"]
-        backlog = webhook_backlog()
-        if backlog is not None:
-            lines += ["# HELP leadsvc_webhook_backlog Webhook deliveries due now and not yet attempted "
-                      "(all processes on this database).",
-                      "# TYPE leadsvc_webhook_backlog gauge", f"leadsvc_webhook_backlog {backlog}"]
-        return "\n".join(lines) + "\n"
+    def collect(self) -> Iterator[Metric]:
+        """The registry's metrics without the `_created` series prometheus_client adds to counters
+        and histograms: the page keeps its names, and turning them off process-wide
+        (`disable_created_metrics`) would also change a host application's metrics."""
+        for family in self.registry.collect():
+            family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
+            yield family
+
+    def render(self) -> bytes:
+        """The Prometheus text page."""
+        return generate_latest(self)
 
 
-def webhook_backlog() -> int | None:
-    """Deliveries due now, from the database (None when it does not answer: the rest still renders)."""
+def webhook_backlog() -> float:
+    """Deliveries due now, from the database (NaN, Prometheus' "no value", when it does not answer:
+    the rest of the page still renders)."""
     try:
         return Delivery.select().where(Delivery.next_attempt_at <= utcnow()).count()
     except UNAVAILABLE_ERRORS:
-        return None
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return math.nan
 
 
 def init_app(app: Flask) -> None:
@@ -133,18 +106,19 @@ def init_app(app: Flask) -> None:
     cfg = app.config["LEADSVC"]["metrics"]
     if not cfg["enabled"]:
         return
-    metrics = app.extensions["leadsvc.metrics"] = Metrics()
+    app.extensions["leadsvc.metrics"] = Metrics()
     app.extensions["leadsvc.metrics_allowed"] = networks(cfg["allow_from"])
 
-    @app.after_request
-    def count_request(response: Response) -> Response:
-        started = g.get("request_started")
-        if started is not None:
-            metrics.observe(request_method(), request_route(), response.status_code,
-                            time.perf_counter() - started)
-        return response
-
+    request_finished.connect(count_request, app)
     app.register_blueprint(blp)
+
+
+def count_request(app: Flask, response: Response, **extra: object) -> None:
+    """Flask's request_finished receiver: sent after every after_request hook, for every answer."""
+    started = g.get("request_started")
+    if started is not None:
+        app.extensions["leadsvc.metrics"].observe(request_method(), request_route(), response.status_code,
+                                                  time.perf_counter() - started)
 
 
 def metrics_only(app: Flask) -> Callable[[dict, Callable], Iterable[bytes]]:

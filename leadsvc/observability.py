@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Mapping
 
-from flask import Flask, Response, g, has_request_context, request
+from flask import Flask, Response, g, has_request_context, request, request_finished
 
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -66,8 +66,7 @@ def init_app(app: Flask) -> None:
         return response
 
     if app.config["LEADSVC"]["logging"]["access_log"]:
-        # Registered first, so it runs last of the after_request hooks and sees the final status.
-        app.after_request_funcs.setdefault(None, []).insert(0, _log_access)
+        request_finished.connect(log_access, app)
 
 
 def new_request_id() -> str:
@@ -92,9 +91,11 @@ def request_route() -> str:
     return rule.rule if rule is not None else "(unmatched)"
 
 
-def _log_access(response: Response) -> Response:
+def log_access(app: Flask, response: Response, **extra: Any) -> None:
+    """Flask's request_finished receiver: sent after every after_request hook, for every answer
+    (problem documents, 405s and 501s too), so the line has the final status."""
     if not access_log.isEnabledFor(logging.INFO):   # a level above INFO: no record to build
-        return response
+        return
     started = g.get("request_started")
     caller = g.get("caller")   # only if the request authenticated: never look a token up here
     method, path = request_method(), logged_path()
@@ -107,7 +108,6 @@ def _log_access(response: Response) -> Response:
                # the token's public id (tok_...), never its secret or the Authorization header
                "token_id": caller.token.public_id if caller else None},
     )
-    return response
 
 
 class RequestIdFilter(logging.Filter):

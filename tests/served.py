@@ -117,7 +117,8 @@ class InProcessServer:
 
     def __init__(self, app, threads: int = 4, **options: Any):
         """options: waitress settings besides these (serving.waitress_options gives the service's own)."""
-        self.server = waitress.create_server(app, host="127.0.0.1", port=0,
+        self.map: dict = {}   # the server's sockets, which the loop below watches
+        self.server = waitress.create_server(app, map=self.map, host="127.0.0.1", port=0,
                                              **{"threads": threads, "ident": "leadsvc-test", **options})
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.stopping = threading.Event()
@@ -127,9 +128,9 @@ class InProcessServer:
         # waitress's own run() loops until its sockets close; this loop also stops when asked,
         # and closes them from its own thread.
         while not self.stopping.is_set():
-            wasyncore.loop(timeout=0.05, map=self.server._map, count=1)
+            wasyncore.loop(timeout=0.05, map=self.map, count=1)
         self.server.task_dispatcher.shutdown()
-        wasyncore.close_all(self.server._map)
+        wasyncore.close_all(self.map)
 
     def __enter__(self) -> "InProcessServer":
         self.thread.start()

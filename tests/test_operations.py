@@ -39,7 +39,7 @@ def test_metrics_count_requests_by_route_template_and_status_with_a_latency_hist
     assert response.status_code == 200 and response.mimetype == "text/plain"
     assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads/<lead_id:public_id>",status="404"} 1' in text
     assert 'leadsvc_http_requests_total{method="GET",route="/api/v1/leads",status="200"} 1' in text
-    assert 'leadsvc_http_request_duration_seconds_bucket{route="/healthz",le="+Inf"} 1' in text
+    assert 'leadsvc_http_request_duration_seconds_bucket{le="+Inf",route="/healthz"} 1.0' in text
     assert 'leadsvc_http_request_duration_seconds_count{route="/api/v1/leads"} 1' in text
     assert "leadsvc_database_errors_total 0" in text
     assert "ld_0000" not in text, "route templates, never the values in them"
