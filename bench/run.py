@@ -191,8 +191,8 @@ class Database:
                 conn.execute(f"DELETE FROM {table}")
             if self.backend == "postgresql":
                 # The creates landed on pages all over the tables: until a vacuum marks them
-                # all-visible again, index-only scans visit the heap (a lead count took 1.5 s
-                # instead of 0.1 s after a few runs), and autovacuum waits for 20% of a table.
+                # all-visible again, index-only scans visit the heap (a lead count slows down
+                # run after run), and autovacuum waits for 20% of a table.
                 conn.execute("VACUUM (ANALYZE) lead, transition, activity, audit_entry, open_lead_count")
 
 

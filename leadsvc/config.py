@@ -1,4 +1,4 @@
-"""Settings: built-in defaults, then config.toml, then LEADSVC_<SECTION>_<KEY> environment variables."""
+"""Settings: defaults.toml, then a config file, then LEADSVC_<SECTION>_<KEY> environment variables."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import difflib
 import ipaddress
 import os
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -14,66 +15,11 @@ from urllib.parse import urlsplit
 from flask import current_app
 from limits import parse_many
 
-# The one list of settings and their defaults. config.toml mirrors it with a comment per key,
-# and a test keeps the two identical.
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "server": {
-        "host": "127.0.0.1",
-        "port": 8080,
-        "threads": 8,
-        "connection_limit": 4000,
-        "channel_timeout": 60,
-        "trusted_proxy": "",
-        "trusted_proxy_count": 1,
-        "shutdown_timeout": 30,
-    },
-    "database": {
-        "url": "sqlite:///var/leadsvc.sqlite3",
-        "pool_size": 16,
-        "pool_timeout": 5,
-        "busy_timeout_ms": 5000,
-    },
-    "rate_limits": {
-        "enabled": True,
-        "per_token": "120/minute",
-        "per_ip": "60/minute",
-        "forms": "10/minute",
-        "storage": "memory://",
-        "key_prefix": "leadsvc",
-    },
-    "api": {
-        "docs_url": "",
-        "max_body_bytes": 65536,
-    },
-    "scoring": {
-        "hot": 70,
-        "warm": 40,
-    },
-    "logging": {
-        "level": "INFO",
-        "format": "text",
-        "access_log": True,
-    },
-    "metrics": {
-        "enabled": True,
-        "allow_from": "127.0.0.0/8,::1",
-    },
-    "forms": {
-        "answer_floor_ms": 300,
-    },
-    "webhooks": {
-        "secret_key": "",
-        "secret_key_file": "",
-        "deliver_in_serve": True,
-        "timeout": 10,
-        "per_workspace": 2,
-        "per_host": 2,
-        "allow_http": False,
-        "allow_private_networks": False,
-    },
-}
-
 Settings = dict[str, dict[str, Any]]
+
+# The one list of settings and their defaults, each with its comment: a packaged file, read
+# through importlib.resources so that it also loads from inside leadsvc.pyz.
+DEFAULTS: Settings = tomllib.loads(resources.files("leadsvc").joinpath("defaults.toml").read_text(encoding="utf-8"))
 
 # LEADSVC_* variables that are not settings: the config file's path, and what the test suite
 # (tests/conftest.py) and the benchmarks (bench/run.py) read. Any other LEADSVC_* variable that

@@ -65,8 +65,8 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
         path = str(Path(unquote(url[len("sqlite:///"):])))
         # IMMEDIATE makes a write transaction take SQLite's write lock when it begins, so two
         # writers never both read and then fail to upgrade. Each serving thread keeps its own
-        # connection and page cache: 8 MB each keeps a process well under 200 MB, and the
-        # operating system's file cache serves the rest.
+        # connection and page cache: a small cache each keeps a process's memory bounded by its
+        # thread count, and the operating system's file cache serves the rest.
         db = pw.SqliteDatabase(path, lock_type="IMMEDIATE", pragmas={
             "journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
             "synchronous": "normal", "cache_size": -8000, "temp_store": "memory",

@@ -29,8 +29,8 @@ log = logging.getLogger("leadsvc")
 MAX_HEADER_BYTES = 16 * 1024
 
 # Redis must never stall a request: a dead server fails fast, and the limiter then counts in this
-# process (flask-limiter's in-memory fallback) until Redis answers again. redis-py otherwise
-# retries three times with backoff of up to 14 seconds in all.
+# process (flask-limiter's in-memory fallback) until Redis answers again. redis-py's default
+# retries with backoff would otherwise hold each request for seconds.
 REDIS_TIMEOUT_SECONDS = 0.5
 
 

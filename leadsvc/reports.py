@@ -35,8 +35,8 @@ PERCENTILE_NAMES = ("median_seconds", "p90_seconds")
 RATE_DIGITS = 4
 
 # PostgreSQL sorts each status's lead ids for the funnel's COUNT(DISTINCT) in work_mem. At its
-# default of 4 MB, the sort over a million leads' transitions spilled 26 MB to disk (0.66-0.88 s
-# for that query; 0.49-0.66 s in memory).
+# default, the sort over a large workspace's transitions spills to disk and the funnel is slower
+# (bench/RESULTS.md); this much keeps it in memory.
 FUNNEL_WORK_MEM = "32MB"
 
 

@@ -145,7 +145,8 @@ def create_webhook(workspace_id: int, data: Mapping[str, Any], config: Mapping[s
     salt = events.new_salt()
     secret = _secret(salt, config)
     with transaction():
-        # The workspace's row is locked before counting: two registrations must not both count 49.
+        # The workspace's row is locked before counting: two registrations must not both count one
+        # below the cap and pass it together.
         for_update(Workspace.select(Workspace.id).where(Workspace.id == workspace_id), NO_KEY_UPDATE).first()
         if Webhook.select().where(Webhook.workspace == workspace_id).count() >= MAX_WEBHOOKS:
             raise Conflict(f"A workspace has at most {MAX_WEBHOOKS} webhooks; delete one first.")

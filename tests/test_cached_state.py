@@ -152,8 +152,8 @@ def test_synthetic_leads_never_clash_with_existing_ones(client, ws):
 
 
 def test_a_bulk_load_samples_its_statistics_on_the_writer_connection(client, ws, backend, monkeypatch):
-    # SQLite: ANALYZE sampling each index (a full ANALYZE of a million leads reads every index,
-    # 17 s), on the connection that holds the load's settings; PostgreSQL: VACUUM (ANALYZE).
+    # SQLite: ANALYZE sampling each index (a full ANALYZE of a large load reads every index
+    # whole), on the connection that holds the load's settings; PostgreSQL: VACUUM (ANALYZE).
     from leadsvc.db import database, is_postgres
 
     statistics = []

@@ -1,4 +1,4 @@
-"""Contract artifacts stay true to the code: schemas/openapi.json, config.toml, and the migrations."""
+"""Contract artifacts stay true to the code: schemas/openapi.json, leadsvc/defaults.toml, and the migrations."""
 
 import json
 import os
@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from playhouse.schema_diff import diff_models
 
 from conftest import create_postgres_database, drop_postgres_database
+from leadsvc.auth import ABILITIES
 from leadsvc.cli import cli
 from leadsvc.config import DEFAULTS, ConfigError, load_settings
 from leadsvc.db import database, is_postgres, make_database, migrate
@@ -57,15 +58,15 @@ def test_published_openapi_passes_the_redocly_linter_with_no_error():
     assert result.returncode == 0 and "Your API description is valid" in output, output
 
 
-# --- config.toml -----------------------------------------------------------------------------
+# --- defaults.toml ---------------------------------------------------------------------------
 
-def test_config_toml_holds_exactly_the_defaults():
-    with open(ROOT / "config.toml", "rb") as fh:
-        assert tomllib.load(fh) == DEFAULTS, "config.toml and leadsvc.config.DEFAULTS must list the same settings"
+def test_defaults_toml_holds_exactly_the_defaults():
+    with open(ROOT / "leadsvc" / "defaults.toml", "rb") as fh:
+        assert tomllib.load(fh) == DEFAULTS, "defaults.toml and leadsvc.config.DEFAULTS must list the same settings"
 
 
-def test_every_setting_in_config_toml_has_a_comment():
-    uncommented = [line for line in (ROOT / "config.toml").read_text().splitlines()
+def test_every_setting_in_defaults_toml_has_a_comment():
+    uncommented = [line for line in (ROOT / "leadsvc" / "defaults.toml").read_text().splitlines()
                    if re.match(r"^[a-z_]+\s*=", line) and not re.search(r"\s#\s*\S", line)]
     assert uncommented == []
 
@@ -283,3 +284,10 @@ def test_the_readme_documents_every_setting():
     missing = [f"{section}.{key}" for section, keys in DEFAULTS.items() for key in keys
                if f"`{section}.{key}`" not in readme]
     assert not missing, f"README's configuration table lacks {missing}"
+
+
+def test_the_readme_lists_every_ability():
+    readme = (ROOT / "README.md").read_text()
+    abilities = readme[readme.index("\nAbilities: "):].split("\n\n", 1)[0]
+    missing = [ability for ability in ABILITIES if f"`{ability}`" not in abilities]
+    assert not missing, f"README's list of abilities lacks {missing}"

@@ -1,4 +1,4 @@
-"""Privacy (DESIGN section 15, India's DPDP Act): erasure of a lead and of a person, subject access,
+"""Privacy (India's DPDP Act): erasure of a lead and of a person, subject access,
 consent from forms and API creates, withdrawal and do-not-contact, personal custom fields, and
 privacy:manage for admins only."""
 

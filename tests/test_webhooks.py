@@ -1,4 +1,4 @@
-"""Events and webhooks (DESIGN section 14): registration, events from every change path, signatures
+"""Events and webhooks: registration, events from every change path, signatures
 checked as a receiver checks them, the retry schedule on an injected clock, the deliveries log,
 replay, and where deliveries may go. Receivers are real HTTP servers on 127.0.0.1."""
 

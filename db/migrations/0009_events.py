@@ -1,4 +1,4 @@
-"""Events and webhooks (DESIGN section 14): webhook, event and delivery, a transactional outbox.
+"""Events and webhooks: webhook, event and delivery, a transactional outbox.
 
 A change of a webhook's subscription (its workspace, events or active flag) bumps
 workspace.refs_version like a change of the other reference tables (0004), so a process caches

@@ -7,7 +7,7 @@ language's collation (a database created with en_US.UTF-8, as many clusters and 
 the range is not the prefix. The columns: lead.email, lead.phone_reversed, lead_name_part.part.
 Equality (the duplicate lookup's e-mail) is the same under both. Only their indexes are rebuilt;
 the new type drops the columns' statistics, and without them the planner walks the whole sort
-index for a search (1,000 times slower at a million leads), so they are gathered again here.
+index for a search, so they are gathered again here.
 """
 from peewee import *
 
