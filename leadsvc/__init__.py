@@ -8,8 +8,8 @@ from flask import Flask
 from jinja2 import ChoiceLoader, PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, headers, health, idempotency, leads, limits, metrics, observability, privacy,
-               problems, reference, reports, timeline, webhooks)
+from . import (db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics, observability,
+               privacy, problems, reference, reports, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
 from .problems import ProblemApi
@@ -51,7 +51,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
             "security": [{"bearerAuth": []}],
         },
     )
-    app.json.sort_keys = False   # keep the schemas' field order
+    app.json = jsoncodec.JSONProvider(app)   # keeps keys in the order schemas and documents give them
     # Package loaders, not the filesystem: templates must also load from inside leadsvc.pyz.
     app.jinja_loader = ChoiceLoader([PackageLoader("leadsvc", "templates"),
                                      PackageLoader("flask_smorest", "spec/templates")])

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import marshmallow as ma
-from flask import Response, g
+from flask import Response, current_app, g
 
-from . import jsoncodec
 from .db import database
 from .models import (Consent, CustomField, Form, Lead, LostReason, Member, Rule, Source, Status, Team, Token,
                      Webhook, Workspace)
@@ -119,9 +118,11 @@ def request_refs() -> Refs:
     return refs
 
 
-def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    """A JSON response from a document that is already plain data (no second serialization pass)."""
-    response = Response(jsoncodec.encode(payload), status=status, mimetype="application/json")
+def prebuilt_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """The answer of a view that builds its lead documents itself, as plain data, instead of
+    returning what its `@blp.response` schema serializes (why: docs/design.md, "Responses")."""
+    response = current_app.json.response(payload)
+    response.status_code = status
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

@@ -24,7 +24,7 @@ from werkzeug.datastructures import MultiDict
 
 from . import pipeline
 from .config import settings
-from .documents import Refs, cached_refs, json_response
+from .documents import Refs, cached_refs
 from .extensions import Blueprint, check_storable
 from .headers import allow_framing_by
 from .limits import client_ip
@@ -240,7 +240,7 @@ class FormSubmissions(MethodView):
             # The same receipt whether the lead was new, a duplicate or a bot's: an anonymous caller
             # must not learn which phones and e-mails are already leads.
             accept_in_even_time(form, raw, refs)
-            return json_response({"data": {"form": form.public_id, "message": THANKS}}, 201)
+            return {"data": {"form": form.public_id, "message": THANKS}}
         try:
             accept_in_even_time(form, from_form_fields(raw, refs.custom_fields), refs)
         except ValidationFailed as exc:

@@ -13,7 +13,7 @@ from . import pipeline
 from .auth import caller, requires, visible_lead_or_404, visible_leads
 from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
-                        LeadSchema, Refs, StatusMoveResultSchema, activity_document, etag, json_response,
+                        LeadSchema, Refs, StatusMoveResultSchema, activity_document, etag, prebuilt_response,
                         lead_document, note_document, request_refs, transition_document)
 from .extensions import Blueprint, check_storable
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
@@ -81,11 +81,11 @@ class Leads(MethodView):
         """List the leads in the caller's scope"""
         unknown = unknown_filters(request.args)
         if unknown:
-            return json_response({"data": [], "links": {"next": None},
+            return prebuilt_response({"data": [], "links": {"next": None},
                                   "meta": {"has_more": False, "unknown_filters": unknown}})
         refs = request_refs()
         rows, after = lead_page(visible_leads(), params, refs, settings())
-        return json_response(page_document([lead_document(row, refs) for row in rows], after))
+        return prebuilt_response(page_document([lead_document(row, refs) for row in rows], after))
 
     @requires("leads:create")
     @blp.arguments(LeadCreateSchema())
@@ -99,8 +99,8 @@ class Leads(MethodView):
         """Create a lead, or find (and optionally update) the duplicate it matches"""
         created, body = create_answer(data, actor(), request_refs())
         if created.duplicate:
-            return json_response(body, 200)
-        return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
+            return prebuilt_response(body, 200)
+        return prebuilt_response(body, 201, {"Location": lead_url(created.lead.public_id),
                                          "ETag": etag(created.lead)})
 
 
@@ -134,7 +134,7 @@ class LeadsBatch(MethodView):
                 result.update({key: body[key] for key in ("matched_on", "updated_fields") if key in body})
             meta["duplicates" if result["status"] == 200 else "created" if result["status"] == 201 else "failed"] += 1
             results.append(result)
-        return json_response({"data": results, "meta": meta})
+        return prebuilt_response({"data": results, "meta": meta})
 
 
 @blp.route("/<lead_id:public_id>")
@@ -151,7 +151,7 @@ class LeadResource(MethodView):
         tag = etag(lead)
         includes = query.get("include", frozenset())
         if not includes and request.if_none_match.contains_raw(tag):
-            return json_response(None, 304, {"ETag": tag})
+            return prebuilt_response(None, 304, {"ETag": tag})
         refs = request_refs()
         document = lead_document(lead, refs)
         if "activities" in includes:
@@ -164,7 +164,7 @@ class LeadResource(MethodView):
                         .order_by(Note.created_at.desc(), Note.public_id.desc()).limit(TIMELINE_LIMIT))
             names = ActorNames(rows, refs)
             document["notes"] = [note_document(row, names) for row in rows]
-        return json_response({"data": document}, headers={"ETag": tag})
+        return prebuilt_response({"data": document}, headers={"ETag": tag})
 
     @requires("leads:update")
     @blp.arguments(LeadPatchSchema())
@@ -180,7 +180,7 @@ class LeadResource(MethodView):
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
         lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match")).lead
-        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/<lead_id:public_id>/status")
@@ -198,6 +198,6 @@ class LeadStatus(MethodView):
         refs = request_refs()
         lead, transition = pipeline.move_status(lead, move["status"], move.get("note"), actor(), refs,
                                                 if_match=request.headers.get("If-Match"), reason=move.get("reason"))
-        return json_response({"data": lead_document(lead, refs),
+        return prebuilt_response({"data": lead_document(lead, refs),
                               "transition": transition_document(transition, ActorNames([transition], refs))},
                              headers={"ETag": etag(lead)})

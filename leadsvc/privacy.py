@@ -20,7 +20,7 @@ from . import events, idempotency, pipeline
 from .auth import caller, requires, visible_lead_or_404
 from .db import for_update, transaction
 from .documents import (ActorNames, ErasuresSchema, LeadSchema, Refs, SubjectSchema, activity_document,
-                        audit_document, consent_document, etag, json_response, lead_document, note_document,
+                        audit_document, consent_document, etag, prebuilt_response, lead_document, note_document,
                         request_refs, transition_document)
 from .extensions import Blueprint
 from .leads import ETAG_HEADER, actor
@@ -168,7 +168,7 @@ class LeadErasure(MethodView):
         """Erase a lead's personal data (its history and reports stay, anonymised)"""
         refs = request_refs()
         lead = erase_lead(visible_lead_or_404(public_id), data["reason"], actor(), refs)
-        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/leads/<lead_id:public_id>/consent/withdraw")
@@ -180,7 +180,7 @@ class LeadConsentWithdrawal(MethodView):
     def post(self, public_id):
         """Record that the person withdrew consent, and make the lead do-not-contact"""
         lead = pipeline.withdraw_consent(visible_lead_or_404(public_id), actor(), request_refs())
-        return json_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/privacy/erasures")
@@ -192,7 +192,7 @@ class PersonErasures(MethodView):
     def post(self, data):
         """Erase every lead of a person, found by phone and/or e-mail"""
         erased = erase_person(data.get("phone"), data.get("email"), data["reason"], actor(), request_refs())
-        return json_response({"data": {"erased": erased}})
+        return {"data": {"erased": erased}}
 
 
 @blp.route("/privacy/subject")
@@ -203,5 +203,5 @@ class Subject(MethodView):
     @blp.alt_response(422, response="UNPROCESSABLE_ENTITY")
     def get(self, query):
         """Everything the workspace holds about a person, found by phone or e-mail"""
-        return json_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),
+        return prebuilt_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),
                                                        request_refs())})
