@@ -1,7 +1,7 @@
 """JSON text for responses and for the JSON columns read back: orjson where it is installed, else
 the standard library; `JSONProvider` makes it the Flask app's one encoder.
 
-A page of 50 leads is mostly JSON work: orjson encodes it several times as fast as json, and
+A page of leads is mostly JSON work: orjson encodes it several times as fast as json, and
 decodes each lead's custom fields and score reasons faster too. orjson is compiled, so the
 one-file .pyz (tools/build_pyz.py), which can hold pure Python only, runs on json instead; both
 write compact UTF-8 JSON that keeps the keys in the order they were inserted. Request bodies are
