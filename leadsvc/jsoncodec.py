@@ -48,9 +48,15 @@ class JSONProvider(FlaskJSONProvider):
 
     def dumps(self, obj: Any, **kwargs: Any) -> str:
         """JSON text; options (Jinja's `tojson` asks for sorted keys) go to the standard library."""
-        if kwargs:
-            return json.dumps(obj, ensure_ascii=False, **kwargs)
-        return text(obj)
+        if not kwargs:
+            try:
+                return text(obj)
+            except TypeError:
+                # What orjson refuses and json writes (integers beyond 64 bits, lone surrogates):
+                # never in an answer (check_storable keeps it out of storage), but the test client
+                # encodes hostile request bodies through here.
+                pass
+        return json.dumps(obj, **kwargs)
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         """The value of a JSON text."""
