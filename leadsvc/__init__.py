@@ -8,8 +8,8 @@ from flask import Flask
 from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, headers, health, idempotency, leads, limits, metrics, observability, openapi,
-               privacy, problems, reference, reports, timeline, webhooks)
+from . import (db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics, observability,
+               openapi, privacy, problems, reference, reports, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
 
@@ -25,7 +25,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
         LEADSVC=settings,
         MAX_CONTENT_LENGTH=settings["api"]["max_body_bytes"],
     )
-    app.json.sort_keys = False   # keep the schemas' field order
+    app.json = jsoncodec.JSONProvider(app)   # keeps keys in the order schemas and documents give them
     # A package loader, not the filesystem: templates must also load from inside leadsvc.pyz.
     app.jinja_loader = PackageLoader("leadsvc", "templates")
     db.init_app(app)

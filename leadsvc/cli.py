@@ -415,7 +415,7 @@ def webhooks_create(ctx: click.Context, workspace_id: str, url: str, event_types
     import marshmallow as ma
 
     from .problems import Problem
-    from .webhooks import WebhookCreateSchema, create_webhook, webhook_document
+    from .webhooks import WebhookCreateSchema, WebhookWithSecretSchema, create_webhook
 
     app = _migrated_app(ctx)
     workspace = _workspace(workspace_id)
@@ -428,7 +428,8 @@ def webhooks_create(ctx: click.Context, workspace_id: str, url: str, event_types
     except Problem as exc:
         raise click.ClickException(_problem_message(exc)) from None
     if as_json:
-        _print_json(webhook_document(hook, secret, with_secret=True))
+        hook.secret = secret
+        _print_json(WebhookWithSecretSchema().dump(hook))
         return
     click.echo(f"Webhook {hook.public_id} -> {hook.url} ({', '.join(hook.events)}). Its signing secret, shown only now:")
     click.echo(f"  {secret}")
@@ -441,7 +442,7 @@ def webhooks_create(ctx: click.Context, workspace_id: str, url: str, event_types
 def webhooks_list(ctx: click.Context, workspace_id: str | None, as_json: bool) -> None:
     """List webhooks (never their secrets)."""
     from .models import Webhook
-    from .webhooks import webhook_document
+    from .webhooks import WebhookSchema
 
     _migrated_app(ctx)
     query = Webhook.select().order_by(Webhook.created_at, Webhook.id)
@@ -449,7 +450,7 @@ def webhooks_list(ctx: click.Context, workspace_id: str | None, as_json: bool) -
         query = query.where(Webhook.workspace == _workspace(workspace_id).id)
     hooks = list(query)
     if as_json:
-        _print_json({"webhooks": [webhook_document(hook) for hook in hooks]})
+        _print_json({"webhooks": WebhookSchema(many=True).dump(hooks)})
         return
     if not hooks:
         click.echo("No webhooks.")
@@ -480,7 +481,7 @@ def webhooks_deliveries(ctx: click.Context, webhook_id: str, state: str | None, 
     """The newest deliveries of a webhook."""
     import marshmallow as ma
 
-    from .webhooks import DeliveriesQuery, deliveries_page
+    from .webhooks import DeliveriesQuery, DeliverySchema, deliveries_page
 
     _migrated_app(ctx)
     hook = _webhook(webhook_id)
@@ -488,7 +489,7 @@ def webhooks_deliveries(ctx: click.Context, webhook_id: str, state: str | None, 
         params = DeliveriesQuery().load({"page[size]": limit, **({"filter[state]": state} if state else {})})
     except ma.ValidationError as exc:
         raise click.ClickException("; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.messages.items())) from None
-    rows, _ = deliveries_page(hook, params)
+    rows = DeliverySchema(many=True).dump(deliveries_page(hook, params)[0])
     if as_json:
         _print_json({"deliveries": rows})
         return

@@ -14,9 +14,8 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Mapping
 
 import marshmallow as ma
-from flask import Response
+from flask import Response, current_app
 
-from . import jsoncodec
 from .fields import UtcDateTime, rfc3339
 from .models import Consent, Form, Lead, Member, Status, Token
 from .scoring import band
@@ -25,9 +24,11 @@ if TYPE_CHECKING:
     from .refs import Refs
 
 
-def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    """A JSON response from a document that is already plain data (no second serialization pass)."""
-    response = Response(jsoncodec.encode(payload), status=status, mimetype="application/json")
+def prebuilt_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """The answer of a view that builds its lead documents itself, as plain data, instead of
+    returning what its `@blp.response` schema serializes (why: docs/design.md, "Responses")."""
+    response = current_app.json.response(payload)
+    response.status_code = status
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

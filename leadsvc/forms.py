@@ -25,7 +25,7 @@ from werkzeug.datastructures import MultiDict
 from . import pipeline
 from .config import settings
 from .custom_fields import form_value
-from .documents import FormReceiptSchema, json_response
+from .documents import FormReceiptSchema
 from .extensions import Blueprint, check_storable
 from .fields import BLANK_PATTERN, NOT_BLANK_PATTERN, is_blank, phones_of, trim
 from .headers import allow_framing_by
@@ -227,7 +227,7 @@ class FormSubmissions(MethodView):
             # The same receipt whether the lead was new, a duplicate or a bot's: an anonymous caller
             # must not learn which phones and e-mails are already leads.
             accept_in_even_time(form, raw, refs)
-            return json_response({"data": {"form": form.public_id, "message": THANKS}}, 201)
+            return {"data": {"form": form.public_id, "message": THANKS}}
         try:
             accept_in_even_time(form, from_form_fields(raw, refs.custom_fields), refs)
         except ValidationFailed as exc:

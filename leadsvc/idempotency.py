@@ -174,7 +174,7 @@ def shows_secret() -> None:
 def _without_secret(body: bytes) -> bytes:
     document = json.loads(body)
     document["data"]["secret"] = None
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    return current_app.json.dumps(document).encode()   # replayed as the answer: the app's encoder
 
 
 def release(exc: BaseException | None) -> None:

@@ -12,7 +12,7 @@ from .auth import may, require, requires, visible_lead_or_404, visible_leads
 from .conditional import ETAG_HEADER, etag
 from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
-                        LeadSchema, StatusMoveResultSchema, activity_document, json_response, lead_document,
+                        LeadSchema, StatusMoveResultSchema, activity_document, prebuilt_response, lead_document,
                         note_document, one, page_of, transition_document)
 from .extensions import Blueprint
 from .history import actor
@@ -55,11 +55,11 @@ class Leads(MethodView):
         """List the leads in the caller's scope"""
         unknown = unknown_filters(request.args)
         if unknown:
-            return json_response({"data": [], "links": {"next": None},
+            return prebuilt_response({"data": [], "links": {"next": None},
                                   "meta": {"has_more": False, "unknown_filters": unknown}})
         refs = request_refs()
         rows, after = lead_page(visible_leads(), params, refs, settings())
-        return json_response(page_document([lead_document(row, refs) for row in rows], after))
+        return prebuilt_response(page_document([lead_document(row, refs) for row in rows], after))
 
     @blp.doc(operationId="createLead")
     @requires("leads:create")
@@ -75,8 +75,8 @@ class Leads(MethodView):
         created = pipeline.create_lead(data, actor(), refs)
         body = create_answer(created, refs)
         if created.duplicate:
-            return json_response(body, 200)
-        return json_response(body, 201, {"Location": lead_url(created.lead.public_id),
+            return prebuilt_response(body, 200)
+        return prebuilt_response(body, 201, {"Location": lead_url(created.lead.public_id),
                                          "ETag": etag(created.lead)})
 
 
@@ -93,7 +93,7 @@ class LeadsBatch(MethodView):
         # The request is parsed, authenticated, rate limited and given its reference data once;
         # each item then takes the single create's path.
         refs = request_refs()
-        return json_response(pipeline.create_batch(batch["leads"], actor(), refs,
+        return prebuilt_response(pipeline.create_batch(batch["leads"], actor(), refs,
                                                    lambda created: create_answer(created, refs)))
 
 
@@ -111,7 +111,7 @@ class LeadResource(MethodView):
         tag = etag(lead)
         includes = query.get("include", frozenset())
         if not includes and request.if_none_match.contains_raw(tag):
-            return json_response(None, 304, {"ETag": tag})
+            return prebuilt_response(None, 304, {"ETag": tag})
         refs = request_refs()
         document = lead_document(lead, refs)
         if "activities" in includes:
@@ -124,7 +124,7 @@ class LeadResource(MethodView):
                         .order_by(Note.created_at.desc(), Note.public_id.desc()).limit(TIMELINE_LIMIT))
             names = ActorNames(rows, refs)
             document["notes"] = [note_document(row, names) for row in rows]
-        return json_response({"data": document}, headers={"ETag": tag})
+        return prebuilt_response({"data": document}, headers={"ETag": tag})
 
     @blp.doc(operationId="updateLead")
     @requires("leads:update")
@@ -139,7 +139,7 @@ class LeadResource(MethodView):
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
         lead = pipeline.update_lead(lead, changes, actor(), refs, if_match=request.headers.get("If-Match")).lead
-        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/<lead_id:public_id>/status")
@@ -156,6 +156,6 @@ class LeadStatus(MethodView):
         refs = request_refs()
         lead, transition = pipeline.move_status(lead, move["status"], move.get("note"), actor(), refs,
                                                 if_match=request.headers.get("If-Match"), reason=move.get("reason"))
-        return json_response({"data": lead_document(lead, refs),
+        return prebuilt_response({"data": lead_document(lead, refs),
                               "transition": transition_document(transition, ActorNames([transition], refs))},
                              headers={"ETag": etag(lead)})

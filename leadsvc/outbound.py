@@ -85,7 +85,7 @@ def resolve(parts: SplitResult, settings: dict[str, Any]) -> list[str]:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         found = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+    except (socket.gaierror, UnicodeError):
         # Neither the resolver's words nor any address: how this server resolves names is its own.
         raise Refused(f"{parts.hostname} does not resolve.") from None
     addresses = list(dict.fromkeys(info[4][0] for info in found))

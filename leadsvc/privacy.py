@@ -21,7 +21,7 @@ from .auth import caller, requires, visible_lead_or_404
 from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
 from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, activity_document, audit_document,
-                        consent_document, json_response, lead_document, note_document, one, transition_document)
+                        consent_document, prebuilt_response, lead_document, note_document, one, transition_document)
 from .extensions import Blueprint
 from .history import Actor, actor, plain, record_audit
 from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Token, Transition, Workspace,
@@ -168,7 +168,7 @@ class LeadErasure(MethodView):
         """Erase a lead's personal data (its history and reports stay, anonymised)"""
         refs = request_refs()
         lead = erase_lead(visible_lead_or_404(public_id), data["reason"], actor(), refs)
-        return json_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, refs)}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/leads/<lead_id:public_id>/consent/withdraw")
@@ -180,7 +180,7 @@ class LeadConsentWithdrawal(MethodView):
     def post(self, public_id):
         """Record that the person withdrew consent, and make the lead do-not-contact"""
         lead = consent.withdraw_consent(visible_lead_or_404(public_id), actor(), request_refs())
-        return json_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
+        return prebuilt_response({"data": lead_document(lead, request_refs())}, headers={"ETag": etag(lead)})
 
 
 @blp.route("/privacy/erasures")
@@ -192,7 +192,7 @@ class PersonErasures(MethodView):
     def post(self, data):
         """Erase every lead of a person, found by phone and/or e-mail"""
         erased = erase_person(data.get("phone"), data.get("email"), data["reason"], actor(), request_refs())
-        return json_response({"data": {"erased": erased}})
+        return {"data": {"erased": erased}}
 
 
 @blp.route("/privacy/subject")
@@ -203,5 +203,5 @@ class Subject(MethodView):
     @blp.response(200, one(SubjectSchema))
     def get(self, query):
         """Everything the workspace holds about a person, found by phone or e-mail"""
-        return json_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),
+        return prebuilt_response({"data": subject_document(caller().workspace, query.get("phone"), query.get("email"),
                                                        request_refs())})

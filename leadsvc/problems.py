@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Mapping
 
 import flask_smorest
 import marshmallow as ma
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from .config import settings
@@ -192,7 +191,8 @@ def problem_response(status: int, code: str, detail: str | None = None, *,
     }
     if errors:
         body["errors"] = dict(errors)
-    response = Response(json.dumps(body, ensure_ascii=False), status=status, mimetype=PROBLEM_MIMETYPE)
+    response = current_app.json.response(body)   # the app's one JSON encoder
+    response.status_code, response.mimetype = status, PROBLEM_MIMETYPE
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response

@@ -20,8 +20,7 @@ from flask.views import MethodView
 
 from .auth import Caller, caller, lead_scope, requires, sees_whole_workspace
 from .db import database, is_postgres
-from .documents import (MemberRefSchema, RefSchema, StatusRefSchema, json_response, member_ref, one, ref,
-                        status_ref)
+from .documents import MemberRefSchema, RefSchema, StatusRefSchema, one
 from .extensions import Blueprint
 from .listing import ReportFilterQuery, filter_leads
 from .models import Lead, Transition
@@ -213,7 +212,7 @@ def funnel(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any
         if status.kind != "lost":
             conversion = rate(count, previous) if previous is not None else None
             previous = count
-        stages.append({"status": status_ref(status), "reached": count, "conversion": conversion})
+        stages.append({"status": status, "reached": count, "conversion": conversion})
     return {"leads": leads, "stages": stages}
 
 
@@ -234,7 +233,7 @@ def velocity(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, A
     to_won = ranked_by_offset(won, seconds_between(Lead.created_at, Lead.status_changed_at),
                               won.select(pw.fn.COUNT(pw.SQL("*"))).scalar())
     empty = {"count": 0, **dict.fromkeys(PERCENTILE_NAMES)}
-    return {"stages": [{"status": status_ref(status), **in_status.get(status.id, empty)}
+    return {"stages": [{"status": status, **in_status.get(status.id, empty)}
                        for status in refs.pipeline()],
             "time_to_won": to_won}
 
@@ -263,16 +262,16 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
     reasons = dict(scoped(Lead.select(Lead.lost_reason, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs)
                    .where(Lead.lost_reason.is_null(False) & Lead.status.in_(lost_statuses))
                    .group_by(Lead.lost_reason).tuples())
-    by_lost_reason = [{"lost_reason": ref(reason), "count": reasons.get(reason_id, 0)}
+    by_lost_reason = [{"lost_reason": reason, "count": reasons.get(reason_id, 0)}
                       for reason_id, reason in refs.lost_reasons.items()]
     if without := overall["lost"] - sum(reasons.values()):
         by_lost_reason.append({"lost_reason": None, "count": without})
 
     return {
         "overall": outcome(overall),
-        "by_source": [{"source": ref(refs.sources.get(key)), **outcome(tally)}
+        "by_source": [{"source": refs.sources.get(key), **outcome(tally)}
                       for key, tally in sorted(by_source.items(), key=by_name(refs.sources))],
-        "by_owner": [{"owner": member_ref(refs.members.get(key)), **outcome(tally)}
+        "by_owner": [{"owner": refs.members.get(key), **outcome(tally)}
                      for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
         "by_lost_reason": by_lost_reason,
     }
@@ -288,7 +287,7 @@ class Funnel(MethodView):
     @blp.response(200, one(FunnelSchema))
     def get(self, filters):
         """How many leads reached each status, and step-to-step conversion"""
-        return json_response({"data": funnel(caller(), filters, request_refs())})
+        return {"data": funnel(caller(), filters, request_refs())}
 
 
 @blp.route("/velocity")
@@ -299,7 +298,7 @@ class Velocity(MethodView):
     @blp.response(200, one(VelocitySchema))
     def get(self, filters):
         """Median and p90 time in each status, and median time to won"""
-        return json_response({"data": velocity(caller(), filters, request_refs())})
+        return {"data": velocity(caller(), filters, request_refs())}
 
 
 @blp.route("/conversion")
@@ -310,4 +309,4 @@ class Conversion(MethodView):
     @blp.response(200, one(ConversionSchema))
     def get(self, filters):
         """Won rate overall, by source and by owner; lost leads by reason"""
-        return json_response({"data": conversion(caller(), filters, request_refs())})
+        return {"data": conversion(caller(), filters, request_refs())}

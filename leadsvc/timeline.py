@@ -15,7 +15,7 @@ from flask.views import MethodView
 from . import cursor, pipeline
 from .auth import requires, visible_lead_or_404, visible_note_or_404
 from .documents import (ActivityLoggedSchema, ActorNames, AuditEntrySchema, NoteDocumentSchema, NoteSchema,
-                        TransitionSchema, activity_document, audit_document, json_response, lead_document,
+                        TransitionSchema, activity_document, audit_document, prebuilt_response, lead_document,
                         note_document, page_of, transition_document)
 from .extensions import Blueprint
 from .history import actor
@@ -54,7 +54,7 @@ class LeadNotes(MethodView):
     def get(self, params, public_id):
         """List a lead's notes, newest first"""
         lead = visible_lead_or_404(public_id)
-        return json_response(history_page("notes", Note, lead, params, note_document))
+        return prebuilt_response(history_page("notes", Note, lead, params, note_document))
 
     @blp.doc(operationId="addLeadNote")
     @requires("notes:write")
@@ -65,7 +65,7 @@ class LeadNotes(MethodView):
         lead = visible_lead_or_404(public_id)
         refs = request_refs()
         note = pipeline.add_note(lead, data["body"], actor(), refs)
-        return json_response({"data": note_document(note, ActorNames([note], refs))}, 201)
+        return prebuilt_response({"data": note_document(note, ActorNames([note], refs))}, 201)
 
 
 @blp.route("/notes/<note_id:public_id>")
@@ -79,7 +79,7 @@ class LeadNote(MethodView):
         """Change a note's body (its author or an admin)"""
         refs = request_refs()
         note = pipeline.edit_note(visible_note_or_404(public_id), data["body"], actor(), refs)
-        return json_response({"data": note_document(note, ActorNames([note], refs))})
+        return prebuilt_response({"data": note_document(note, ActorNames([note], refs))})
 
     @blp.doc(operationId="deleteNote")
     @requires("notes:write")
@@ -103,7 +103,7 @@ class LeadActivities(MethodView):
         refs = request_refs()
         lead, activity = pipeline.log_activity(lead, data["kind"], data["summary"], data.get("occurred_at"),
                                                actor(), refs)
-        return json_response({"data": activity_document(activity, ActorNames([activity], refs)),
+        return prebuilt_response({"data": activity_document(activity, ActorNames([activity], refs)),
                               "lead": lead_document(lead, refs)}, 201)
 
 
@@ -116,7 +116,7 @@ class LeadTransitions(MethodView):
     def get(self, params, public_id):
         """List a lead's stage moves, oldest first"""
         lead = visible_lead_or_404(public_id)
-        return json_response(history_page("transitions", Transition, lead, params, transition_document))
+        return prebuilt_response(history_page("transitions", Transition, lead, params, transition_document))
 
 
 @blp.route("/leads/<lead_id:public_id>/audit")
@@ -128,4 +128,4 @@ class LeadAudit(MethodView):
     def get(self, params, public_id):
         """List a lead's audit entries, oldest first"""
         lead = visible_lead_or_404(public_id)
-        return json_response(history_page("audit", AuditEntry, lead, params, audit_document))
+        return prebuilt_response(history_page("audit", AuditEntry, lead, params, audit_document))

@@ -13,9 +13,9 @@ from . import cursor, delivery, events, outbound
 from .auth import caller, requires
 from .config import settings
 from .db import NO_KEY_UPDATE, database, for_update, transaction
-from .documents import json_response, one, page_of, whole_page
+from .documents import one, page_of, whole_page
 from .extensions import Blueprint
-from .fields import JsonBoolean, Text, UtcDateTime, comma_separated, list_items, rfc3339
+from .fields import JsonBoolean, Text, UtcDateTime, comma_separated, list_items
 from .idempotency import shows_secret
 from .listing import page_document
 from .models import DELIVERY_STATES, Delivery, Event, Webhook, Workspace, public_id_pattern, utcnow
@@ -59,7 +59,7 @@ class WebhookPatchSchema(ma.Schema):
 
 
 class WebhookSchema(ma.Schema):
-    id = ma.fields.String(required=True)
+    id = ma.fields.String(attribute="public_id", required=True)
     url = ma.fields.String(required=True)
     events = ma.fields.List(ma.fields.String(), required=True)
     description = ma.fields.String(required=True)
@@ -74,12 +74,12 @@ class WebhookWithSecretSchema(WebhookSchema):
 
 
 class EventRefSchema(ma.Schema):
-    id = ma.fields.String(required=True)
+    id = ma.fields.String(attribute="public_id", required=True)
     type = ma.fields.String(required=True, metadata={"enum": list(events.EVENT_TYPES)})
 
 
 class DeliverySchema(ma.Schema):
-    id = ma.fields.String(required=True)
+    id = ma.fields.String(attribute="public_id", required=True)
     event = ma.fields.Nested(EventRefSchema, required=True)
     state = ma.fields.String(required=True, metadata={"enum": list(DELIVERY_STATES)})
     attempts = ma.fields.Integer(required=True)
@@ -104,22 +104,6 @@ class DeliveriesQuery(HistoryQuery):
     state = States(data_key="filter[state]", metadata={
         "description": "pending, failed, succeeded, dead; comma-separated.",
         "pattern": comma_separated(f"({'|'.join(DELIVERY_STATES)})")})
-
-
-def webhook_document(hook: Webhook, secret: str | None = None, *, with_secret: bool = False) -> dict[str, Any]:
-    document = {"id": hook.public_id, "url": hook.url, "events": hook.events, "description": hook.description,
-                "active": hook.active, "disabled_reason": hook.disabled_reason, "created_at": rfc3339(hook.created_at)}
-    if with_secret:
-        document["secret"] = secret
-    return document
-
-
-def delivery_document(row: Delivery, event: Event) -> dict[str, Any]:
-    return {"id": row.public_id, "event": {"id": event.public_id, "type": event.type}, "state": row.state,
-            "attempts": row.attempts, "last_status": row.last_status, "last_error": row.last_error,
-            "last_response": row.last_response, "last_attempt_at": rfc3339(row.last_attempt_at),
-            "next_attempt_at": rfc3339(row.next_attempt_at), "duration_ms": row.duration_ms,
-            "created_at": rfc3339(row.created_at)}
 
 
 # --- what the API and the CLI do -------------------------------------------------------------
@@ -210,8 +194,8 @@ def delete_webhook(hook: Webhook) -> None:
         Webhook.delete().where(Webhook.id == hook.id).execute()
 
 
-def send_test(hook: Webhook) -> tuple[Delivery, Event]:
-    """A webhook.test event for this webhook alone, due at once."""
+def send_test(hook: Webhook) -> Delivery:
+    """A webhook.test event for this webhook alone, due at once: its delivery, with the event."""
     with transaction():
         hook = lock_webhook(hook)
         if not hook.active:
@@ -219,18 +203,21 @@ def send_test(hook: Webhook) -> tuple[Delivery, Event]:
         event = events.write(hook.workspace_id, events.TEST_EVENT,
                              {"webhook": {"id": hook.public_id, "url": hook.url}}, [hook.id])
         row = Delivery.get((Delivery.event == event.id) & (Delivery.webhook == hook.id))
-    return row, event
+    row.event = event
+    return row
 
 
 def replay(row: Delivery, hook: Webhook) -> Delivery:
-    """The delivery again, as its next attempt, due now (its retry schedule starts over)."""
+    """The delivery again, as its next attempt, due now (its retry schedule starts over), with its event."""
     with transaction():
         if not lock_webhook(hook).active:
             raise Conflict("The webhook is disabled; set active to true first.")
         # Locked, the webhook keeps its deliveries; the delivery went only if it went with it.
         Delivery.update(state="pending", failures=0, next_attempt_at=utcnow()).where(Delivery.id == row.id).execute()
         database.after_commit(events.work_waiting.set)
-    return Delivery.get_by_id(row.id)
+    replayed = Delivery.get_by_id(row.id)
+    replayed.event = row.event
+    return replayed
 
 
 def webhook_or_404(workspace_id: int, public_id: str) -> Webhook:
@@ -253,14 +240,14 @@ def delivery_or_404(hook: Webhook, public_id: str) -> tuple[Delivery, Event]:
     return row, row.event
 
 
-def deliveries_page(hook: Webhook, params: Mapping[str, Any]) -> tuple[list[dict], str | None]:
-    """A page of the webhook's deliveries, newest first."""
+def deliveries_page(hook: Webhook, params: Mapping[str, Any]) -> tuple[list[Delivery], str | None]:
+    """A page of the webhook's deliveries (each with its event), newest first."""
     query = Delivery.select(Delivery, Event).join(Event).where(Delivery.webhook == hook.id)
     if params.get("state"):
         query = query.where(Delivery.state.in_(params["state"]))
     binding = cursor.fingerprint("deliveries", hook.public_id, params.get("state"))
     rows, after = cursor.page(query, DELIVERIES_ORDER, params["page_size"], binding, params.get("page_after"))
-    return [delivery_document(row, row.event) for row in rows], after
+    return rows, after
 
 
 # --- views -----------------------------------------------------------------------------------
@@ -279,7 +266,7 @@ class Webhooks(MethodView):
         """List the workspace's webhooks"""
         hooks = Webhook.select().where(Webhook.workspace == caller().workspace.id).order_by(
             Webhook.created_at, Webhook.public_id)
-        return json_response(whole_page(webhook_document(hook) for hook in hooks))
+        return whole_page(hooks)
 
     @blp.doc(operationId="createWebhook")
     @requires("webhooks:manage")
@@ -291,8 +278,8 @@ class Webhooks(MethodView):
         """Register a webhook; its signing secret is shown once"""
         hook, secret = create_webhook(caller().workspace.id, data, settings())
         shows_secret()
-        return json_response({"data": webhook_document(hook, secret, with_secret=True)}, 201,
-                             {"Location": f"{request.script_root}{blp.url_prefix}/{hook.public_id}"})
+        hook.secret = secret
+        return {"data": hook}, {"Location": f"{request.script_root}{blp.url_prefix}/{hook.public_id}"}
 
 
 @blp.route("/<webhook_id:public_id>")
@@ -303,7 +290,7 @@ class WebhookResource(MethodView):
     @blp.response(200, one(WebhookSchema))
     def get(self, public_id):
         """Read a webhook (never its secret)"""
-        return json_response({"data": webhook_document(_hook(public_id))})
+        return {"data": _hook(public_id)}
 
     @blp.doc(operationId="updateWebhook")
     @requires("webhooks:manage")
@@ -311,7 +298,7 @@ class WebhookResource(MethodView):
     @blp.response(200, one(WebhookSchema))
     def patch(self, changes, public_id):
         """Change a webhook's URL, events, description or active flag"""
-        return json_response({"data": webhook_document(update_webhook(_hook(public_id), changes, settings()))})
+        return {"data": update_webhook(_hook(public_id), changes, settings())}
 
     @blp.doc(operationId="deleteWebhook")
     @requires("webhooks:manage")
@@ -332,7 +319,8 @@ class WebhookRotation(MethodView):
         """Rotate the signing secret (the previous one also signs for 24 hours)"""
         hook, secret = rotate_secret(_hook(public_id), settings())
         shows_secret()
-        return json_response({"data": webhook_document(hook, secret, with_secret=True)})
+        hook.secret = secret
+        return {"data": hook}
 
 
 @blp.route("/<webhook_id:public_id>/test")
@@ -343,8 +331,7 @@ class WebhookTest(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     def post(self, public_id):
         """Send a webhook.test event to this webhook now"""
-        row, event = send_test(_hook(public_id))
-        return json_response({"data": delivery_document(row, event)}, 202)
+        return {"data": send_test(_hook(public_id))}
 
 
 @blp.route("/<webhook_id:public_id>/deliveries")
@@ -355,7 +342,7 @@ class WebhookDeliveries(MethodView):
     @blp.response(200, page_of(DeliverySchema))
     def get(self, params, public_id):
         """List a webhook's deliveries, newest first"""
-        return json_response(page_document(*deliveries_page(_hook(public_id), params)))
+        return page_document(*deliveries_page(_hook(public_id), params))
 
 
 @blp.route("/<webhook_id:public_id>/deliveries/<delivery_id:delivery_id>/replay")
@@ -367,5 +354,5 @@ class DeliveryReplay(MethodView):
     def post(self, public_id, delivery_id):
         """Send a delivery again as its next attempt (same webhook-id, new timestamp)"""
         hook = _hook(public_id)
-        row, event = delivery_or_404(hook, delivery_id)
-        return json_response({"data": delivery_document(replay(row, hook), event)}, 202)
+        row, _ = delivery_or_404(hook, delivery_id)
+        return {"data": replay(row, hook)}
