@@ -1,7 +1,7 @@
 """Writing synthetic leads into SQLite or PostgreSQL fast (`leadsvc demo --leads N`, bench/).
 
 Rows are written in chunks, one transaction each, with a prepared multi-row statement
-(SQLite) or COPY (PostgreSQL): the ORM's per-row work would take minutes at a million leads.
+(SQLite) or COPY (PostgreSQL): the ORM's per-row work is many times slower for a large load.
 Forked workers generate the next chunks while this process writes.
 """
 
@@ -100,7 +100,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
     generator = Generator(workspace, seed=seed, start=start, now=now or utcnow())
     writer = _Writer()
     # Into empty tables, one transaction that builds the indexes after the rows is several times
-    # faster than maintaining 20 indexes row by row, and all-or-nothing.
+    # faster than maintaining every secondary index row by row, and all-or-nothing.
     fresh = not Lead.select().exists()
     written = 0
     with _bulk_session():
@@ -128,13 +128,12 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
 
 def gather_statistics() -> None:
     """Statistics for the planner after a bulk load and, on PostgreSQL, the visibility map:
-    without it an index-only scan visits the heap for every row (a report walking 500,000 index
-    entries took 1.4 s instead of 0.09 s). Autovacuum would get there eventually; a bulk load
-    should not wait."""
+    without it an index-only scan visits the heap for every row, many times slower for a report
+    walking a large index. Autovacuum would get there eventually; a bulk load should not wait."""
     if is_postgres():
         database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity")   # never inside a transaction
         return
-    # A full ANALYZE of a million leads and their history reads every index; a sample of each
+    # A full ANALYZE of a large load reads every index whole; a sample of each
     # index is enough for the planner.
     database.execute_sql("PRAGMA analysis_limit = 1000")
     database.execute_sql("ANALYZE")

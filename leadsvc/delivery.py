@@ -32,7 +32,7 @@ from .outbound import Answer, Sender
 
 log = logging.getLogger("leadsvc.delivery")
 
-# Seconds from each failed attempt to the next (DESIGN section 14); after the last, the delivery is dead.
+# Seconds from each failed attempt to the next; after the last, the delivery is dead.
 SCHEDULE = (5, 5 * 60, 30 * 60, 2 * 3600, 5 * 3600, 10 * 3600, 10 * 3600, 24 * 3600, 24 * 3600)
 JITTER = 0.2
 MAX_RETRY_AFTER = 24 * 3600       # a Retry-After longer than the longest step is taken as that step

@@ -77,8 +77,8 @@ class Refs:
 
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per
-# process while the workspace's refs_version (bumped by triggers on every change: migrations
-# 0004, 0005 and 0009) stands.
+# process while the workspace's refs_version (bumped by database triggers on every change of a
+# reference table) stands.
 _refs_cache: dict[tuple[int, int], tuple[int, Refs]] = {}
 _REFS_CACHE_SIZE = 256
 

@@ -199,7 +199,7 @@ class Generator:
         return [self.now - timedelta(seconds=age, microseconds=self.rng.randrange(1_000_000)) for age in ages]
 
     def pick(self, items: Sequence[Any]) -> Any:
-        """A random item: random.choice's exact draw costs several times more, a million times over."""
+        """A random item: random.choice's exact draw costs several times more, once per row of a large load."""
         return items[int(self.rng.random() * len(items))]
 
     def custom_fields(self) -> dict[str, Any]:
