@@ -57,8 +57,8 @@ def lead_row(public_id: str) -> Lead:
 
 # --- erasure of one lead -----------------------------------------------------------------------
 
-def test_erasure_anonymises_the_lead_in_place(client, ws):
-    lead = with_history(client, ws)
+def test_erasure_anonymises_the_lead_in_place(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     response = erase(client, ws, lead["id"])
     assert response.status_code == 200, response.json
     erased = response.json["data"]
@@ -75,8 +75,8 @@ def test_erasure_anonymises_the_lead_in_place(client, ws):
     assert client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).json["data"] == erased
 
 
-def test_erasure_keeps_the_history_without_the_personal_values(client, ws):
-    lead = with_history(client, ws)
+def test_erasure_keeps_the_history_without_the_personal_values(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     assert erase(client, ws, lead["id"]).status_code == 200
     row = lead_row(lead["id"])
     assert (row.first_name, row.last_name, row.phone, row.email, row.phone_reversed) == ("", "", None, None, None)
@@ -136,9 +136,9 @@ def test_erasure_needs_a_reason(client, make_lead, ws):
     assert lead_row(lead["id"]).erased_at is None
 
 
-def test_reports_are_the_same_before_and_after_erasure(client, ws, pipeline_data):
+def test_reports_are_the_same_before_and_after_erasure(client, make_lead, ws, pipeline_data):
     # pipeline_data: seven leads moved through the pipeline at set times (conftest.py).
-    with_history(client, ws)
+    with_history(client, make_lead, ws)
 
     def reports():
         out = {}
@@ -246,10 +246,10 @@ def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_aud
     assert "Meera" not in json.dumps(audit) and "ABCDE" not in json.dumps(audit)
 
 
-def test_erasure_is_one_transaction(client, ws, monkeypatch):
+def test_erasure_is_one_transaction(client, make_lead, ws, monkeypatch):
     from leadsvc import privacy
 
-    lead = with_history(client, ws)
+    lead = with_history(client, make_lead, ws)
 
     def failing(*args):
         raise RuntimeError("the disk is full")
@@ -376,8 +376,8 @@ def test_erasing_a_person_needs_a_contact_and_a_reason(client, ws, body, field):
 
 # --- subject access --------------------------------------------------------------------------
 
-def test_subject_access_shows_everything_held_about_the_person(client, ws):
-    lead = with_history(client, ws)
+def test_subject_access_shows_everything_held_about_the_person(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     response = client.get("/api/v1/privacy/subject", query_string={"email": lead["contact"]["email"].upper()},
                           headers=ws.headers())
     assert response.status_code == 200, response.json
