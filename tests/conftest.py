@@ -367,6 +367,11 @@ def lead_body(ws: Tenant, **fields: Any) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
 
+def email_lead_body(**fields: Any) -> dict[str, Any]:
+    """A lead's body with a first name and a fresh e-mail only: no phone, no source."""
+    return {"first_name": "Asha", "email": f"asha.{uuid.uuid4().hex[:12]}@example.com", **fields}
+
+
 def bulk_leads(ws, count: int, rng: random.Random) -> None:
     """Rows inserted directly (listing needs only the lead rows), with many ties on purpose.
 
