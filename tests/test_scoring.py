@@ -56,7 +56,7 @@ def test_bands_follow_the_configured_thresholds():
 
 def test_other_thresholds_change_bands_in_responses_and_filters(make_app, ws, make_lead):
     client = make_app(scoring={"hot": 30, "warm": 20}).test_client()
-    lead = make_lead(ws)   # Website 10 + phone 10 + name 5 = 25
+    lead = make_lead(ws, via=client)   # Website 10 + phone 10 + name 5 = 25
     assert lead["score"] == 25 and lead["score_band"] == "warm"
     listed = client.get("/api/v1/leads?filter[score_band]=warm", headers=ws.headers()).json["data"]
     assert [item["id"] for item in listed] == [lead["id"]]
