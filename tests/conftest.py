@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import uuid
 from datetime import datetime, timedelta
 from dataclasses import dataclass, field
@@ -17,11 +18,14 @@ from typing import Any
 
 import pytest
 
-from leadsvc import create_app
+from leadsvc import create_app, pipeline
 from leadsvc.auth import issue_token
 from leadsvc.db import database, make_database, migrate
-from leadsvc.models import NEVER, Lead, Member, Status, Workspace, new_public_id
+from leadsvc.delivery import Deliverer
+from leadsvc.models import NEVER, Delivery, Lead, Member, Status, Webhook, Workspace, new_public_id, utcnow
 from leadsvc.provision import apply_setup, parse_setup
+from receiver import Receiver
+from served import InProcessServer
 
 POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -142,6 +146,15 @@ def database_url(backend, tmp_path_factory, request) -> str:
     return url
 
 
+def fresh_database(backend, tmp_path, request):
+    """A new, empty (unmigrated) database of the backend, dropped after the test."""
+    if backend == "sqlite":
+        return make_database(f"sqlite:///{tmp_path}/{uuid.uuid4().hex[:8]}.sqlite3")
+    url = create_postgres_database(request.getfixturevalue("postgres_server"))
+    request.addfinalizer(lambda: drop_postgres_database(url))
+    return make_database(url)
+
+
 # The key every test webhook secret derives from; receivers run on 127.0.0.1 over plain HTTP.
 WEBHOOK_SECRET_KEY = "test-webhook-secret-key-0123456789abcdef"
 WEBHOOK_TEST_SETTINGS = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
@@ -225,6 +238,73 @@ def standard_setup(name: str) -> dict[str, Any]:
     }
 
 
+# A small workspace for processes started from a setup file: three agents on two teams.
+PROCESS_SETUP_TOML = """\
+[workspace]
+name = "Process Test"
+
+[[teams]]
+name = "North"
+[[teams]]
+name = "South"
+
+[[members]]
+name = "Ada Admin"
+email = "admin@t.test"
+role = "admin"
+[[members]]
+name = "Neel Agent"
+email = "n1@t.test"
+role = "agent"
+team = "North"
+[[members]]
+name = "Nora Agent"
+email = "n2@t.test"
+role = "agent"
+team = "North"
+[[members]]
+name = "Sid Agent"
+email = "s1@t.test"
+role = "agent"
+team = "South"
+
+[[statuses]]
+name = "New"
+kind = "open"
+[[statuses]]
+name = "Won"
+kind = "won"
+
+[[sources]]
+name = "Website"
+score = 10
+"""
+
+
+FORM_ORIGIN = "https://acme.test"   # the site the test forms allow
+
+
+def with_form(data):
+    """A change for make_workspace: a web form on FORM_ORIGIN, and villas routed to the South team."""
+    data["forms"] = [{"name": "Website enquiry", "source": "Website", "allowed_origins": [FORM_ORIGIN + "/"]}]
+    data["rules"] = [{"name": "Villas go South", "when": {"custom_fields": {"product_interest": ["villa"]}},
+                      "assign": {"team": "South", "strategy": "round_robin"}}]
+
+
+def with_rules(*rules, **changes):
+    """A change for make_workspace: these distribution rules, and other sections set or changed."""
+    def change(data):
+        data["rules"] = list(rules)
+        for key, value in changes.items():
+            data[key] = value(data[key]) if callable(value) else value
+    return change
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header that carries this token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
 @dataclass
 class Tenant:
     """A workspace made for one test, with its ids and a way to get tokens."""
@@ -246,7 +326,7 @@ class Tenant:
         return self.secrets[key]
 
     def headers(self, email: str = "admin@t.test", abilities: tuple[str, ...] = ("*",)) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token(email, abilities)}"}
+        return bearer(self.token(email, abilities))
 
 
 ROLE_EMAILS = {"admin": "admin@t.test", "manager": "nmgr@t.test", "agent": "n1@t.test"}
@@ -287,11 +367,9 @@ def lead_body(ws: Tenant, **fields: Any) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
 
-def create_lead(client, ws: Tenant, as_member: str = "admin@t.test", expect: int = 201, **fields: Any) -> dict[str, Any]:
-    """POST a lead as the member with that e-mail; returns the lead document."""
-    response = client.post("/api/v1/leads", json=lead_body(ws, **fields), headers=ws.headers(as_member))
-    assert response.status_code == expect, response.get_json()
-    return response.json["data"]
+def email_lead_body(**fields: Any) -> dict[str, Any]:
+    """A lead's body with a first name and a fresh e-mail only: no phone, no source."""
+    return {"first_name": "Asha", "email": f"asha.{uuid.uuid4().hex[:12]}@example.com", **fields}
 
 
 def bulk_leads(ws, count: int, rng: random.Random) -> None:
@@ -323,18 +401,126 @@ def bulk_leads(ws, count: int, rng: random.Random) -> None:
 
 @pytest.fixture
 def make_lead(client):
-    """Create a lead through the API as the workspace's admin, optionally handed to an owner."""
-    def build(tenant: Tenant, owner: str | None = None, **fields) -> str:
-        headers = tenant.headers()
-        response = client.post("/api/v1/leads", json={"phone": new_phone(), **fields}, headers=headers)
-        assert response.status_code == 201, response.json
-        public_id = response.json["data"]["id"]
+    """Create a lead through the API, optionally handed to an owner (by the admin); returns the lead
+    document. The body is lead_body's with these fields (None leaves a field out); `as_member`
+    sends it, `via` is another test client to send it through, and `expect` the status it gets."""
+    def build(tenant: Tenant, owner: str | None = None, *, as_member: str = "admin@t.test", expect: int = 201,
+              via=None, **fields: Any) -> dict[str, Any]:
+        response = (via or client).post("/api/v1/leads", json=lead_body(tenant, **fields),
+                                        headers=tenant.headers(as_member))
+        assert response.status_code == expect, response.get_json()
+        lead = response.json["data"]
         if owner is not None:
-            moved = client.patch(f"/api/v1/leads/{public_id}", json={"owner": tenant.ids.members[owner]},
-                                 headers=headers)
+            moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": tenant.ids.members[owner]},
+                                 headers=tenant.headers())
             assert moved.status_code == 200, moved.json
-        return public_id
+            lead = moved.json["data"]
+        return lead
     return build
+
+
+def owner_email(ws, lead) -> str:
+    """The e-mail of the member who owns `lead` (a lead document)."""
+    return next(email for email, mid in ws.ids.members.items() if mid == lead["owner"]["id"])
+
+
+# --- a pipeline with a known history --------------------------------------------------------
+
+PIPELINE_START = datetime(2026, 3, 1)
+PIPELINE_PATHS = {
+    "L1": ("n1@t.test", "Website", [(2, "Contacted"), (4, "Qualified"), (6, "Proposal"), (8, "Won")]),
+    "L2": ("n1@t.test", "Website", [(4, "Contacted"), (8, "Lost")]),
+    "L3": ("n2@t.test", "Referral", [(6, "Contacted"), (2, "Qualified"), (10, "Proposal"), (12, "Won")]),
+    "L4": ("n2@t.test", "Referral", [(8, "Lost"), (3, "New"), (2, "Contacted")]),
+    "L5": ("s1@t.test", "Website", [(10, "Contacted"), (6, "Qualified"), (4, "Lost")]),
+    "L6": ("s1@t.test", "Referral", []),
+    "L7": ("n1@t.test", "Referral", [(1, "Contacted")]),
+}
+
+
+@pytest.fixture
+def pipeline_data(client, ws, make_lead, monkeypatch):
+    """Seven leads moved through known stages at known times, in `ws`; returns their public ids by name.
+
+    Times are frozen through pipeline.utcnow, so every created_at, transition time and time in stage
+    is exact. Lead Ln starts on 2026-03-(2n-1) at 00:00 UTC and moves after the hours given:
+
+        lead  owner  source    path (hours in the previous status)                     now
+        L1    n1     Website   New -2- Contacted -4- Qualified -6- Proposal -8- Won     won
+        L2    n1     Website   New -4- Contacted -8- Lost                               lost
+        L3    n2     Referral  New -6- Contacted -2- Qualified -10- Proposal -12- Won   won
+        L4    n2     Referral  New -8- Lost -3- New -2- Contacted                       open
+        L5    s1     Website   New -10- Contacted -6- Qualified -4- Lost                lost
+        L6    s1     Referral  New                                                      open
+        L7    n1     Referral  New -1- Contacted                                        open
+
+    n1 and n2 are in team North, s1 in South.
+    """
+    clock = {"now": PIPELINE_START}
+    monkeypatch.setattr(pipeline, "utcnow", lambda: clock["now"])
+    ids = {}
+    for n, (name, (owner, source, path)) in enumerate(PIPELINE_PATHS.items()):
+        clock["now"] = PIPELINE_START + timedelta(days=2 * n)
+        ids[name] = make_lead(ws, owner=owner, source=ws.ids.sources[source])["id"]
+        for hours, status in path:
+            clock["now"] += timedelta(hours=hours)
+            response = client.post(f"/api/v1/leads/{ids[name]}/status", json={"status": ws.ids.statuses[status]},
+                                   headers=ws.headers())
+            assert response.status_code == 200, response.json
+    monkeypatch.undo()
+    return ids
+
+
+# --- webhooks --------------------------------------------------------------------------------
+
+# An IPv4 address, or an IPv6 one (two groups and more), anywhere in a text.
+ADDRESS = re.compile(r"\b\d{1,3}(\.\d{1,3}){3}\b|\b[0-9a-f]{0,4}(:[0-9a-f]{0,4}){2,}\b", re.IGNORECASE)
+
+
+class Clock:
+    """The deliverer's clock, moved by the test instead of waiting for minutes and days."""
+
+    def __init__(self):
+        # A minute ahead: what the requests of the test just wrote is due (and the signatures'
+        # timestamps stay within a receiver's tolerance).
+        self.now = utcnow() + timedelta(minutes=1)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, **delta):
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def receiver():
+    with Receiver() as running:
+        yield running
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def deliverer(app, clock):
+    """A deliverer on the test's clock, without jitter (rng 0.5 is the middle of the +-20%)."""
+    # The run's tests share a database: what earlier tests left scheduled is not this test's.
+    Delivery.update(next_attempt_at=None).execute()
+    return Deliverer(app.config["LEADSVC"], version="test", metrics=app.extensions["leadsvc.metrics"],
+                     clock=clock, rng=lambda: 0.5)
+
+
+def register_webhook(client, ws, url, events=("*",), expect=201, **fields):
+    response = client.post("/api/v1/webhooks", json={"url": url, "events": list(events), **fields},
+                           headers=ws.headers())
+    assert response.status_code == expect, response.get_json()
+    return response.json["data"] if expect == 201 else response.json
+
+
+def deliveries_of(hook_id: str) -> list[Delivery]:
+    return list(Delivery.select().join(Webhook).where(Webhook.public_id == hook_id).order_by(Delivery.id))
 
 
 # --- a real server -----------------------------------------------------------------------------
@@ -342,45 +528,8 @@ def make_lead(client):
 @pytest.fixture
 def live_server(app):
     """The app under waitress on a free port, in a thread; yields its base URL."""
-    import threading
-
-    from waitress.server import create_server
-
-    server = create_server(app, host="127.0.0.1", port=0, threads=16, ident="leadsvc-test")
-    stopping = threading.Event()
-
-    def serve():
-        try:
-            server.run()
-        except (OSError, ValueError):   # the socket closed under the loop: expected when stopping
-            if not stopping.is_set():
-                raise
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.effective_port}"
-    stopping.set()
-    server.task_dispatcher.shutdown()
-    server.close()
-    thread.join(timeout=10)
-
-
-def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """One request with the standard library: (status, parsed JSON body or None)."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            payload = response.read()
-            return response.status, json.loads(payload) if payload else None
-    except urllib.error.HTTPError as err:
-        payload = err.read()
-        return err.code, json.loads(payload) if payload else None
+    with InProcessServer(app, threads=16) as server:
+        yield server.url
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -403,3 +552,14 @@ def run_cli(app, database_url):
         finally:
             database.initialize(make_database(database_url))   # a command may point the models elsewhere
     return run
+
+
+def run_import(database_url, path, workspace, *extra):
+    """`leadsvc import` as a user runs it, on this run's database."""
+    from click.testing import CliRunner
+
+    from leadsvc.cli import cli
+
+    result = CliRunner().invoke(cli, ["--config", os.devnull, "import", str(path), "--workspace", workspace, *extra],
+                                env={"LEADSVC_DATABASE_URL": database_url}, catch_exceptions=False)
+    return result

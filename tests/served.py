@@ -1,5 +1,6 @@
-"""Real servers for the tests that need a socket: waitress in a thread or in a child process, a
-TCP proxy the test can cut, and a small HTTP client that never raises on a status."""
+"""Real servers for the tests that need a socket: the one HTTP client for real requests (it never
+raises on a status), the one in-thread server (waitress), the one launcher of server processes,
+and a TCP proxy the test can cut."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from urllib.parse import urlsplit
 
 import waitress
 from waitress import wasyncore
+
+DEADLINE = 90   # seconds: generous, the machine may be busy; nothing here measures speed
 
 
 def free_port() -> int:
@@ -71,6 +74,29 @@ def wait_until(check: Callable[[], Any], deadline_seconds: float, what: str, int
             last_error = exc
         time.sleep(interval)
     raise AssertionError(f"not within {deadline_seconds}s: {what} (last error: {last_error})")
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return False
+    except OSError:
+        return True
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """The environment without any LEADSVC_* of the caller, plus these settings."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEADSVC_")}
+    env.update(settings)
+    return env
+
+
+def leadsvc(env: dict[str, str], cwd: Any, *args: str) -> str:
+    """Run a `leadsvc` command in a child process; its output, or fail with its errors."""
+    result = subprocess.run([sys.executable, "-m", "leadsvc.cli", *args], env=env, cwd=cwd, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def race(base_url: str, racers: int, method: str, path: str, **kwargs) -> list[Reply]:
@@ -143,10 +169,13 @@ class InProcessServer:
 
 @dataclass
 class ServedProcess:
-    """`leadsvc serve` in a child process, configured by LEADSVC_* variables only."""
+    """A server in a child process, configured by LEADSVC_* variables only (none of the caller's):
+    `leadsvc serve` by default, or `command`, where "{port}" stands for the port to listen on."""
 
     environment: dict[str, str]
     log_path: Path
+    command: list[str] | None = None
+    cwd: Path | None = None
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -154,17 +183,16 @@ class ServedProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, ready_within: float = 60) -> "ServedProcess":
-        env = {**os.environ, **self.environment}
-        env.pop("LEADSVC_CONFIG", None)
+    def start(self, ready_within: float = DEADLINE) -> "ServedProcess":
+        command = self.command or [sys.executable, "-m", "leadsvc.cli", "--config", os.devnull, "serve",
+                                   "--host", "127.0.0.1", "--port", "{port}"]
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "leadsvc.cli", "--config", os.devnull, "serve",
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen([part.replace("{port}", str(self.port)) for part in command],
+                                        env=clean_env(**self.environment), cwd=self.cwd,
+                                        stdout=log, stderr=subprocess.STDOUT)
         log.close()
         wait_until(lambda: self.alive() and call(self.url, "GET", "/healthz", timeout=2).status == 200,
-                   ready_within, f"leadsvc serve answering on {self.url}; log: {self.log_path}")
+                   ready_within, f"the server answering on {self.url}; log: {self.log_path}")
         return self
 
     def alive(self) -> bool:
@@ -178,16 +206,22 @@ class ServedProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(30)
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
+        """SIGTERM, then the exit code (killing it if it does not stop within the deadline)."""
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(15)
+                self.process.wait(DEADLINE)
             except subprocess.TimeoutExpired:
                 self.kill()
+        return self.process.returncode if self.process else None
 
     def __enter__(self) -> "ServedProcess":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()   # a server that never answered is not left running
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stop()

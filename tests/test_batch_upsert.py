@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import create_lead, http, lead_body, new_phone
+from conftest import lead_body, new_phone
 from leadsvc.models import Activity, AuditEntry, Lead
+from served import call
 
 BATCH = "/api/v1/leads/batch"
 
@@ -31,8 +32,8 @@ def kinds_of(lead_id: str) -> Counter:
 
 # --- batch -----------------------------------------------------------------------------------
 
-def test_a_batch_answers_each_item_in_order_as_a_single_create_would(client, ws):
-    existing = create_lead(client, ws)
+def test_a_batch_answers_each_item_in_order_as_a_single_create_would(client, make_lead, ws):
+    existing = make_lead(ws)
     items = [lead_body(ws, first_name="New"), {"phone": existing["contact"]["phone"]},
              lead_body(ws, phone="12345"), "not an object", lead_body(ws, custom_fields={"product_interest": "castle"})]
     response = batch(client, ws, items)
@@ -118,9 +119,9 @@ def test_a_batch_of_100_creates_100_leads(client, ws):
     assert len({r["lead"]["id"] for r in response.json["data"]}) == 100
 
 
-def test_an_item_that_fails_leaves_the_others_as_they_are(client, ws):
+def test_an_item_that_fails_leaves_the_others_as_they_are(client, make_lead, ws):
     # The agent n1 cannot see s1's lead: its duplicate is a 409, as a single create's would be.
-    theirs = create_lead(client, ws, email="south@example.com")
+    theirs = make_lead(ws, email="south@example.com")
     moved = client.patch(f"/api/v1/leads/{theirs['id']}", json={"owner": ws.ids.members["s1@t.test"]},
                          headers=ws.headers())
     assert moved.status_code == 200
@@ -134,8 +135,8 @@ def test_an_item_that_fails_leaves_the_others_as_they_are(client, ws):
     assert response.json["meta"] == {"created": 2, "duplicates": 0, "failed": 1}
 
 
-def test_a_create_only_token_sees_only_the_id_of_a_duplicate_in_a_batch(client, ws):
-    existing = create_lead(client, ws)
+def test_a_create_only_token_sees_only_the_id_of_a_duplicate_in_a_batch(client, make_lead, ws):
+    existing = make_lead(ws)
     response = batch(client, ws, [{"phone": existing["contact"]["phone"]}, lead_body(ws)],
                      headers=ws.headers(abilities=("leads:create",)))
     duplicate, created = response.json["data"]
@@ -208,9 +209,9 @@ def test_a_keyed_batch_commits_item_by_item_so_other_writes_go_on_meanwhile(app,
 
 # --- upsert ----------------------------------------------------------------------------------
 
-def test_on_duplicate_update_replaces_the_fields_sent_and_audits_them(client, ws):
-    lead = create_lead(client, ws, first_name="Asha", email="asha@example.com",
-                       custom_fields={"product_interest": "2bhk", "family_size": 3})
+def test_on_duplicate_update_replaces_the_fields_sent_and_audits_them(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha", email="asha@example.com",
+                     custom_fields={"product_interest": "2bhk", "family_size": 3})
     response = client.post("/api/v1/leads", headers=ws.headers(), json={
         "phone": lead["contact"]["phone"], "first_name": "Asha Devi", "estimated_value": 5_000_000,
         "custom_fields": {"product_interest": "villa"}, "on_duplicate": "update"})
@@ -229,8 +230,8 @@ def test_on_duplicate_update_replaces_the_fields_sent_and_audits_them(client, ws
     assert kinds_of(lead["id"])["duplicate_submission"] == 1
 
 
-def test_on_duplicate_fill_empty_fills_only_the_empty_fields(client, ws):
-    lead = create_lead(client, ws, first_name="Asha", last_name="", custom_fields={"product_interest": "2bhk"})
+def test_on_duplicate_fill_empty_fills_only_the_empty_fields(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha", last_name="", custom_fields={"product_interest": "2bhk"})
     response = client.post("/api/v1/leads", headers=ws.headers(), json={
         "phone": lead["contact"]["phone"], "first_name": "Other", "last_name": "Rao", "email": "fill@example.com",
         "custom_fields": {"product_interest": "villa", "family_size": 4}, "on_duplicate": "fill_empty"})
@@ -241,24 +242,24 @@ def test_on_duplicate_fill_empty_fills_only_the_empty_fields(client, ws):
     assert response.json["data"]["custom_fields"] == {"product_interest": "2bhk", "family_size": 4}
 
 
-def test_an_upsert_that_changes_nothing_answers_no_fields_and_writes_no_audit_entry(client, ws):
-    lead = create_lead(client, ws, first_name="Asha")
+def test_an_upsert_that_changes_nothing_answers_no_fields_and_writes_no_audit_entry(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha")
     response = client.post("/api/v1/leads", headers=ws.headers(),
                            json={"phone": lead["contact"]["phone"], "first_name": "Asha", "on_duplicate": "update"})
     assert response.status_code == 200 and response.json["updated_fields"] == []
     assert [entry.action for entry in audit_of(lead["id"])] == ["created"]
 
 
-def test_ignore_answers_as_a_plain_duplicate(client, ws):
-    lead = create_lead(client, ws, first_name="Asha")
+def test_ignore_answers_as_a_plain_duplicate(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha")
     response = client.post("/api/v1/leads", headers=ws.headers(),
                            json={"phone": lead["contact"]["phone"], "first_name": "Bea", "on_duplicate": "ignore"})
     assert response.status_code == 200 and "updated_fields" not in response.json
     assert response.json["data"]["contact"]["first_name"] == "Asha"
 
 
-def test_an_upsert_without_leads_update_is_403_when_a_duplicate_is_found_and_changes_nothing(client, ws):
-    lead = create_lead(client, ws, first_name="Asha")
+def test_an_upsert_without_leads_update_is_403_when_a_duplicate_is_found_and_changes_nothing(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha")
     headers = ws.headers(abilities=("leads:create", "leads:read"))
     body = {"phone": lead["contact"]["phone"], "first_name": "Bea", "on_duplicate": "update"}
     response = client.post("/api/v1/leads", headers=headers, json=body)
@@ -272,8 +273,8 @@ def test_an_upsert_without_leads_update_is_403_when_a_duplicate_is_found_and_cha
     assert [item["status"] for item in in_batch] == [403, 403] and in_batch[0]["errors"]["body"]
 
 
-def test_an_upsert_of_a_lead_outside_the_scope_is_409_and_changes_nothing(client, ws):
-    lead = create_lead(client, ws, first_name="Asha")
+def test_an_upsert_of_a_lead_outside_the_scope_is_409_and_changes_nothing(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha")
     client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members["s1@t.test"]}, headers=ws.headers())
     response = client.post("/api/v1/leads", headers=ws.headers("n1@t.test"),
                            json={"phone": lead["contact"]["phone"], "first_name": "Bea", "on_duplicate": "update"})
@@ -281,25 +282,25 @@ def test_an_upsert_of_a_lead_outside_the_scope_is_409_and_changes_nothing(client
     assert Lead.get(Lead.public_id == lead["id"]).first_name == "Asha"
 
 
-def test_an_upsert_to_an_e_mail_another_lead_has_is_409(client, ws):
-    create_lead(client, ws, email="taken@example.com")
-    lead = create_lead(client, ws)
+def test_an_upsert_to_an_e_mail_another_lead_has_is_409(client, make_lead, ws):
+    make_lead(ws, email="taken@example.com")
+    lead = make_lead(ws)
     response = client.post("/api/v1/leads", headers=ws.headers(), json={
         "phone": lead["contact"]["phone"], "email": "taken@example.com", "on_duplicate": "update"})
     assert response.status_code == 409
     assert Lead.get(Lead.public_id == lead["id"]).email is None
 
 
-def test_a_create_only_upserter_sees_the_id_and_the_fields_it_changed(client, ws):
-    lead = create_lead(client, ws, first_name="Asha")
+def test_a_create_only_upserter_sees_the_id_and_the_fields_it_changed(client, make_lead, ws):
+    lead = make_lead(ws, first_name="Asha")
     response = client.post("/api/v1/leads", headers=ws.headers(abilities=("leads:create", "leads:update")),
                            json={"phone": lead["contact"]["phone"], "first_name": "Bea", "on_duplicate": "update"})
     assert response.status_code == 200
     assert response.json["data"] == {"id": lead["id"]} and response.json["updated_fields"] == ["first_name"]
 
 
-def test_batch_items_upsert_each_as_they_say(client, ws):
-    one, two = create_lead(client, ws, first_name="One"), create_lead(client, ws, first_name="Two", last_name="")
+def test_batch_items_upsert_each_as_they_say(client, make_lead, ws):
+    one, two = make_lead(ws, first_name="One"), make_lead(ws, first_name="Two", last_name="")
     response = batch(client, ws, [
         {"phone": one["contact"]["phone"], "first_name": "Uno", "on_duplicate": "update"},
         {"phone": two["contact"]["phone"], "first_name": "Dos", "last_name": "Tres", "on_duplicate": "fill_empty"},
@@ -331,12 +332,13 @@ def test_an_unknown_on_duplicate_is_422(client, ws, value):
 THREADS = 12
 
 
-def race(url, bodies, headers):
+def race(base_url, bodies, headers):
     start = threading.Barrier(len(bodies))
 
     def post(body):
         start.wait()
-        return http("POST", url, body, headers)
+        reply = call(base_url, "POST", "/api/v1/leads", json_body=body, headers=headers)
+        return reply.status, reply.json()
 
     with ThreadPoolExecutor(len(bodies)) as pool:
         return list(pool.map(post, bodies))
@@ -346,7 +348,7 @@ def test_concurrent_upserts_of_one_new_contact_make_one_lead_and_apply_each_upda
     phone = new_phone()
     notes = [f"call {i}" for i in range(THREADS)]
     bodies = [{"phone": phone, "custom_fields": {"notes_from_call": note}, "on_duplicate": "update"} for note in notes]
-    results = race(f"{live_server}/api/v1/leads", bodies, ws.headers())
+    results = race(live_server, bodies, ws.headers())
     assert Counter(status for status, _ in results) == {201: 1, 200: THREADS - 1}, results
     assert len({payload["data"]["id"] for _, payload in results}) == 1
     lead_id = results[0][1]["data"]["id"]
@@ -369,11 +371,11 @@ def test_concurrent_upserts_of_one_new_contact_make_one_lead_and_apply_each_upda
     assert kinds_of(lead_id)["duplicate_submission"] == THREADS - 1
 
 
-def test_concurrent_fill_empty_upserts_fill_a_field_once(live_server, client, ws):
-    lead = create_lead(client, ws)
+def test_concurrent_fill_empty_upserts_fill_a_field_once(live_server, client, make_lead, ws):
+    lead = make_lead(ws)
     bodies = [{"phone": lead["contact"]["phone"], "email": f"fill{i}@example.com", "on_duplicate": "fill_empty"}
               for i in range(THREADS)]
-    results = race(f"{live_server}/api/v1/leads", bodies, ws.headers())
+    results = race(live_server, bodies, ws.headers())
     assert all(status == 200 for status, _ in results), results
     filled = [payload for _, payload in results if payload["updated_fields"]]
     assert len(filled) == 1 and filled[0]["updated_fields"] == ["email"]
@@ -389,11 +391,11 @@ def test_concurrent_fill_empty_upserts_fill_a_field_once(live_server, client, ws
     ("update", "Imported", "imp@example.com", ["email", "first_name"]),
     ("fill_empty", "Asha", "imp@example.com", ["email"]),
 ])
-def test_the_csv_import_treats_duplicates_as_on_duplicate_says(client, ws, run_cli, tmp_path, mode, first_name,
-                                                                email, updated):
+def test_the_csv_import_treats_duplicates_as_on_duplicate_says(client, make_lead, ws, run_cli, tmp_path, mode,
+                                                                first_name, email, updated):
     import json
 
-    lead = create_lead(client, ws, first_name="Asha")
+    lead = make_lead(ws, first_name="Asha")
     path = tmp_path / "leads.csv"
     path.write_text(f"first_name,phone,email\nImported,{lead['contact']['phone']},imp@example.com\n"
                     f"New,{new_phone()},\n")

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from leadsvc.models import Lead, Workspace
-from tests.conftest import ON_CI, new_phone
-from tests.test_forms import with_form
+from conftest import ON_CI, new_phone, with_form
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 # Flags that work headless as root in a container, with nothing fetched from the network.

@@ -12,13 +12,6 @@ from leadsvc.refs import Refs
 from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition, Workspace
 
 
-def new_lead(client, ws, phone: str, **fields) -> dict:
-    response = client.post("/api/v1/leads", json={"first_name": "Asha", "phone": phone, **fields},
-                           headers=ws.headers())
-    assert response.status_code == 201, response.get_json()
-    return response.get_json()["data"]
-
-
 def real_open_counts(workspace_public_id: str) -> dict[int, int]:
     workspace = Workspace.get(Workspace.public_id == workspace_public_id)
     return dict(Lead.select(Lead.owner, pw.fn.COUNT(Lead.id)).join(Status)
@@ -33,8 +26,8 @@ def kept_open_counts(workspace_public_id: str) -> dict[int, int]:
             .where(OpenLeadCount.member.in_(members)).tuples() if count}
 
 
-def test_renamed_member_shows_at_once_in_lead_documents(client, ws):
-    lead = new_lead(client, ws, "+919876500001")
+def test_renamed_member_shows_at_once_in_lead_documents(client, make_lead, ws):
+    lead = make_lead(ws, phone="+919876500001", last_name=None, source=None)
     owner = lead["owner"]["id"]
     assert client.get("/api/v1/leads", headers=ws.headers()).status_code == 200   # reference tables cached
 
@@ -44,36 +37,37 @@ def test_renamed_member_shows_at_once_in_lead_documents(client, ws):
     assert {row["owner"]["name"] for row in listed if row["owner"]["id"] == owner} == {"Renamed Agent"}
 
 
-def test_new_source_is_usable_at_once(client, ws):
+def test_new_source_is_usable_at_once(client, make_lead, ws):
     assert client.get("/api/v1/leads", headers=ws.headers()).status_code == 200
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
     source = Source.create(workspace=workspace, name="Hoarding", score=3)
 
-    lead = new_lead(client, ws, "+919876500002", source=source.public_id)
+    lead = make_lead(ws, phone="+919876500002", last_name=None, source=source.public_id)
 
     assert lead["source"] == {"id": source.public_id, "name": "Hoarding"}
 
 
-def test_a_changed_rule_routes_the_next_lead_and_routing_itself_keeps_the_cache(client, make_workspace):
+def test_a_changed_rule_routes_the_next_lead_and_routing_itself_keeps_the_cache(client, make_lead, make_workspace):
     ws = make_workspace(lambda data: data.update(rules=[{"name": "North", "assign": {"team": "North",
                                                                                      "strategy": "round_robin"}}]))
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
-    new_lead(client, ws, "+919876500003")                       # rules cached, the rule's rotation advanced
+    make_lead(ws, phone="+919876500003", last_name=None, source=None)   # rules cached, the rule's rotation advanced
     version = Workspace.get_by_id(workspace.id).refs_version
-    new_lead(client, ws, "+919876500004")
+    make_lead(ws, phone="+919876500004", last_name=None, source=None)
     assert Workspace.get_by_id(workspace.id).refs_version == version, "routing bumped the cache version"
 
     sid = Member.get(Member.public_id == ws.ids.members["s1@t.test"])
     Rule.create(workspace=workspace, name="All to Sid", position=-1, strategy="member", member=sid, conditions={})
 
-    assert new_lead(client, ws, "+919876500005")["owner"]["id"] == sid.public_id
+    assert make_lead(ws, phone="+919876500005", last_name=None, source=None)["owner"]["id"] == sid.public_id
     Rule.update(member=Member.get(Member.public_id == ws.ids.members["n1@t.test"])).where(
         Rule.name == "All to Sid").execute()
-    assert new_lead(client, ws, "+919876500006")["owner"]["id"] == ws.ids.members["n1@t.test"]
+    lead = make_lead(ws, phone="+919876500006", last_name=None, source=None)
+    assert lead["owner"]["id"] == ws.ids.members["n1@t.test"]
 
 
-def test_open_lead_counts_follow_creates_moves_reassignments_and_status_kinds(client, ws):
-    leads = [new_lead(client, ws, f"+91987650010{i}") for i in range(4)]
+def test_open_lead_counts_follow_creates_moves_reassignments_and_status_kinds(client, make_lead, ws):
+    leads = [make_lead(ws, phone=f"+91987650010{i}", last_name=None, source=None) for i in range(4)]
     assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id)
 
     lost = ws.ids.statuses["Lost"]
@@ -88,11 +82,11 @@ def test_open_lead_counts_follow_creates_moves_reassignments_and_status_kinds(cl
     assert kept_open_counts(ws.public_id) == real_open_counts(ws.public_id) == {}
 
 
-def test_least_open_routing_gives_the_lead_to_the_agent_with_fewest_open_leads(client, make_workspace):
+def test_least_open_routing_gives_the_lead_to_the_agent_with_fewest_open_leads(client, make_lead, make_workspace):
     def least_open_north(data):
         data["rules"] = [{"name": "North by load", "when": {}, "assign": {"team": "North", "strategy": "least_open"}}]
     ws = make_workspace(least_open_north)
-    owners = [new_lead(client, ws, f"+91987650020{i}")["owner"]["id"] for i in range(4)]
+    owners = [make_lead(ws, phone=f"+91987650020{i}", last_name=None, source=None)["owner"]["id"] for i in range(4)]
     n1, n2 = ws.ids.members["n1@t.test"], ws.ids.members["n2@t.test"]
     assert sorted(owners) == sorted([n1, n1, n2, n2])
 
@@ -101,7 +95,7 @@ def test_least_open_routing_gives_the_lead_to_the_agent_with_fewest_open_leads(c
     assert client.post(f"/api/v1/leads/{n1_lead['id']}/status", json={"status": ws.ids.statuses["Lost"]},
                        headers=ws.headers()).status_code == 200
 
-    assert new_lead(client, ws, "+919876500299")["owner"]["id"] == n1
+    assert make_lead(ws, phone="+919876500299", last_name=None, source=None)["owner"]["id"] == n1
 
 
 def test_synthetic_leads_keep_every_invariant_the_api_relies_on(client, ws):

@@ -9,15 +9,12 @@ from datetime import timedelta
 
 import pytest
 
+from conftest import bearer
 from leadsvc.models import Token, Webhook, Workspace, utcnow
 
 TOKEN = re.compile(r"^lsk_[0-9A-Za-z]{32,}$")
 DEMO_EMAILS = {"admin@demo.test", "asha@demo.test", "vikram@demo.test", "ravi@demo.test", "meera@demo.test",
                "arjun@demo.test", "kavya@demo.test"}
-
-
-def bearer(secret: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {secret}"}
 
 
 def ok(result):

@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import bulk_leads, http, lead_body
+from conftest import bulk_leads, lead_body, owner_email, with_rules
 from leadsvc.db import database, transaction
 from leadsvc.models import Lead, Workspace
-from test_routing import owner_email, with_rules
+from served import call
 
 
 def test_16_identical_creates_at_once_make_one_lead(live_server, ws):
@@ -20,7 +20,8 @@ def test_16_identical_creates_at_once_make_one_lead(live_server, ws):
 
     def post(_):
         start.wait()
-        return http("POST", f"{live_server}/api/v1/leads", body, headers)
+        reply = call(live_server, "POST", "/api/v1/leads", json_body=body, headers=headers)
+        return reply.status, reply.json()
 
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(post, range(16)))
@@ -43,7 +44,8 @@ def test_20_creates_at_once_keep_each_rotation_and_count_exact(live_server, make
     def post(n):
         start.wait()
         source = ws.ids.sources["Referral" if n % 2 else "Website"]
-        return http("POST", f"{live_server}/api/v1/leads", lead_body(ws, source=source), headers)
+        reply = call(live_server, "POST", "/api/v1/leads", json_body=lead_body(ws, source=source), headers=headers)
+        return reply.status, reply.json()
 
     with ThreadPoolExecutor(20) as pool:
         results = list(pool.map(post, range(20)))
@@ -63,7 +65,8 @@ def test_a_cursor_walk_during_inserts_repeats_nothing_and_misses_nothing(client,
 
     def keep_inserting():
         while not stop.is_set():
-            status, payload = http("POST", f"{live_server}/api/v1/leads", lead_body(ws), headers)
+            reply = call(live_server, "POST", "/api/v1/leads", json_body=lead_body(ws), headers=headers)
+            status, payload = reply.status, reply.json()
             assert status == 201
             inserted.append(payload["data"]["id"])
 
@@ -166,21 +169,23 @@ def test_creates_while_webhooks_are_deleted_neither_fail_nor_deadlock(live_serve
     # between. On PostgreSQL a create holding the workspace's row (routing's rotation) and a
     # delete holding the webhook's row used to wait for each other (503 on both).
     headers = ws.headers()
-    hooks = [http("POST", f"{live_server}/api/v1/webhooks", {"url": f"http://127.0.0.1:9/hook{n}", "events": ["*"]},
-                  headers)[1]["data"]["id"] for n in range(8)]
+    hooks = [call(live_server, "POST", "/api/v1/webhooks", headers=headers,
+                  json_body={"url": f"http://127.0.0.1:9/hook{n}", "events": ["*"]}).json()["data"]["id"]
+             for n in range(8)]
     start = threading.Barrier(17)
 
     def create(_):
         start.wait()
-        return [http("POST", f"{live_server}/api/v1/leads", lead_body(ws), headers)[0] for _ in range(4)]
+        return [call(live_server, "POST", "/api/v1/leads", json_body=lead_body(ws), headers=headers).status
+                for _ in range(4)]
 
     def delete():
         start.wait()
-        return [http("DELETE", f"{live_server}/api/v1/webhooks/{hook}", None, headers)[0] for hook in hooks]
+        return [call(live_server, "DELETE", f"/api/v1/webhooks/{hook}", headers=headers).status for hook in hooks]
 
     with ThreadPoolExecutor(17) as pool:
         creates = [pool.submit(create, n) for n in range(16)]
         deletes = pool.submit(delete)
         created = Counter(status for future in creates for status in future.result())
     assert created == {201: 64} and deletes.result() == [204] * 8, (created, deletes.result())
-    assert http("GET", f"{live_server}/api/v1/webhooks", None, headers)[1]["data"] == []
+    assert call(live_server, "GET", "/api/v1/webhooks", headers=headers).json()["data"] == []

@@ -6,18 +6,17 @@ import re
 import shutil
 import subprocess
 import tomllib
-import uuid
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from playhouse.schema_diff import diff_models
 
-from conftest import create_postgres_database, drop_postgres_database
+from conftest import fresh_database
 from leadsvc.auth import ABILITIES
 from leadsvc.cli import cli
 from leadsvc.config import DEFAULTS, ConfigError, load_settings
-from leadsvc.db import database, is_postgres, make_database, migrate
+from leadsvc.db import database, is_postgres, migrate
 from leadsvc.models import MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,14 +250,6 @@ def on_delete_rules(db) -> dict[tuple[str, str], str]:
         rows = [(table, row[3], row[6]) for table in db.get_tables()
                 for row in db.execute_sql(f'PRAGMA foreign_key_list("{table}")').fetchall()]
     return {(table, column): rule.upper() for table, column, rule in rows}
-
-
-def fresh_database(backend, tmp_path, request):
-    if backend == "sqlite":
-        return make_database(f"sqlite:///{tmp_path}/{uuid.uuid4().hex[:8]}.sqlite3")
-    url = create_postgres_database(request.getfixturevalue("postgres_server"))
-    request.addfinalizer(lambda: drop_postgres_database(url))
-    return make_database(url)
 
 
 def test_migrations_build_the_schema_the_models_declare(app, backend, tmp_path, request):

@@ -5,26 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import ROLE_EMAILS
-from leadsvc.cli import cli
+from conftest import ROLE_EMAILS, run_import
 from leadsvc.models import Activity, Lead, Team
 
 HEADER = ["first_name", "last_name", "phone", "email", "source", "estimated_value",
           "product_interest", "budget_confirmed", "family_size", "site_visit_on"]
 EXISTING = 40
 ROWS = 10_000
-
-
-def run_import(database_url, path, workspace, *extra):
-    """`leadsvc import` as a user runs it, on this run's database."""
-    result = CliRunner().invoke(cli, ["--config", os.devnull, "import", str(path), "--workspace", workspace, *extra],
-                                env={"LEADSVC_DATABASE_URL": database_url}, catch_exceptions=False)
-    return result
 
 
 def write_csv(path, header, rows):

@@ -7,7 +7,6 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from conftest import create_lead
 from leadsvc.problems import CODES
 from leadsvc.fields import NOT_BLANK_PATTERN
 
@@ -217,8 +216,8 @@ def test_a_lead_needs_a_phone_or_an_email_in_the_schema_too(spec):
     assert [branch["required"] for branch in form_fields["anyOf"]] == [["phone"], ["email"]]
 
 
-def test_the_status_is_no_field_of_an_update(spec, client, ws):
-    lead = create_lead(client, ws)
+def test_the_status_is_no_field_of_an_update(spec, client, make_lead, ws):
+    lead = make_lead(ws)
     assert "status" not in spec["components"]["schemas"]["LeadPatch"]["properties"]
     assert spec["components"]["schemas"]["LeadPatch"]["additionalProperties"] is False
     response = client.patch(f"/api/v1/leads/{lead['id']}", json={"status": ws.ids.statuses["Contacted"]},
@@ -244,8 +243,8 @@ def test_web_form_submissions_document_their_html_answers(spec):
     assert set(responses["201"]["content"]) == {"application/json"}
 
 
-def test_a_conditional_read_documents_304_and_if_none_match(spec, client, ws):
-    lead = create_lead(client, ws)
+def test_a_conditional_read_documents_304_and_if_none_match(spec, client, make_lead, ws):
+    lead = make_lead(ws)
     operation = spec["paths"]["/api/v1/leads/{public_id}"]["get"]
     assert "304" in operation["responses"]
     assert "If-None-Match" in {parameter.get("name") for parameter in operation["parameters"]}

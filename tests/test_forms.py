@@ -5,16 +5,7 @@ import re
 import pytest
 
 from leadsvc.models import Activity, AuditEntry, Form, Lead, Workspace
-from tests.conftest import new_phone
-
-ALLOWED = "https://acme.test"
-
-
-def with_form(data):
-    data["forms"] = [{"name": "Website enquiry", "source": "Website", "allowed_origins": [ALLOWED + "/"]}]
-    data["rules"] = [{"name": "Villas go South", "when": {"custom_fields": {"product_interest": ["villa"]}},
-                      "assign": {"team": "South", "strategy": "round_robin"}}]
-
+from conftest import FORM_ORIGIN, new_phone, with_form
 
 @pytest.fixture
 def tenant(make_workspace):
@@ -30,13 +21,13 @@ def leads_of(tenant):
     return Lead.select().join(Workspace).where(Workspace.public_id == tenant.public_id)
 
 
-def submit_json(client, form_id, body, origin=ALLOWED, **headers):
+def submit_json(client, form_id, body, origin=FORM_ORIGIN, **headers):
     if origin:
         headers["Origin"] = origin
     return client.post(f"/api/v1/forms/{form_id}/submissions", json=body, headers=headers)
 
 
-def submit_form(client, form_id, fields, origin=ALLOWED, **kwargs):
+def submit_form(client, form_id, fields, origin=FORM_ORIGIN, **kwargs):
     headers = {"Origin": origin} if origin else {}
     return client.post(f"/api/v1/forms/{form_id}/submissions", data=fields, headers=headers, **kwargs)
 
@@ -73,7 +64,7 @@ def test_form_pages_may_be_framed_only_by_the_forms_allowed_origins(client, tena
     errors = submit_form(client, form_id, {"first_name": "Ravi", "phone": "12345"})
     assert (page.status_code, thanks.status_code, errors.status_code) == (200, 200, 422)
     for response in (page, thanks, errors):
-        assert response.headers["Content-Security-Policy"] == f"frame-ancestors {ALLOWED}"
+        assert response.headers["Content-Security-Policy"] == f"frame-ancestors {FORM_ORIGIN}"
         assert "X-Frame-Options" not in response.headers
         assert response.headers["X-Content-Type-Options"] == "nosniff"
 
@@ -180,13 +171,13 @@ def test_invalid_json_submission_is_422_and_creates_nothing(client, tenant, form
 @pytest.mark.parametrize("raw", ["[1, 2]", "not json", ""])
 def test_a_body_that_is_not_a_json_object_is_422(client, tenant, form_id, raw):
     response = client.post(f"/api/v1/forms/{form_id}/submissions", data=raw,
-                           headers={"Content-Type": "application/json", "Origin": ALLOWED})
+                           headers={"Content-Type": "application/json", "Origin": FORM_ORIGIN})
     assert response.status_code == 422 and "body" in response.json["errors"]
 
 
 def test_other_content_types_are_415(client, tenant, form_id):
     response = client.post(f"/api/v1/forms/{form_id}/submissions", data="phone=1",
-                           headers={"Content-Type": "text/plain", "Origin": ALLOWED})
+                           headers={"Content-Type": "text/plain", "Origin": FORM_ORIGIN})
     assert response.status_code == 415 and response.json["code"] == "unsupported_media_type"
 
 
@@ -291,7 +282,7 @@ def test_submissions_over_the_per_ip_limit_are_429_and_create_nothing(make_app, 
         assert int(response.headers["Retry-After"]) > 0
     assert leads_of(tenant).count() == before
     other_ip = client.post(f"/api/v1/forms/{form_id}/submissions", json={"phone": new_phone()},
-                           headers={"Origin": ALLOWED}, environ_base={"REMOTE_ADDR": "192.0.2.7"})
+                           headers={"Origin": FORM_ORIGIN}, environ_base={"REMOTE_ADDR": "192.0.2.7"})
     assert other_ip.status_code == 201, "the limit is per client IP"
     assert client.get(f"/forms/{form_id}").status_code == 200, "reading the page is not a submission"
 

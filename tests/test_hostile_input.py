@@ -8,13 +8,10 @@ import uuid
 
 import pytest
 
+from conftest import email_lead_body
 from leadsvc import auth
 from leadsvc.limits import MAX_HEADER_BYTES
 from served import InProcessServer, call
-
-
-def lead_body(**extra):
-    return {"first_name": "Asha", "email": f"asha.{uuid.uuid4().hex[:12]}@example.com", **extra}
 
 
 def assert_problem(response, status, code, field=None):
@@ -30,7 +27,7 @@ def assert_problem(response, status, code, field=None):
 # --- body size -------------------------------------------------------------------------------
 
 def test_a_body_over_the_limit_is_413(client, ws):
-    body = lead_body(last_name="x" * 70_000)
+    body = email_lead_body(last_name="x" * 70_000)
     assert_problem(client.post("/api/v1/leads", json=body, headers=ws.headers()), 413, "payload_too_large")
 
 
@@ -54,7 +51,7 @@ def test_a_chunked_body_over_the_limit_is_413(app, ws):
 
 def test_the_body_limit_is_configurable(make_app, ws):
     client = make_app(api={"max_body_bytes": 1024}).test_client()
-    assert_problem(client.post("/api/v1/leads", json=lead_body(last_name="x" * 2000), headers=ws.headers()),
+    assert_problem(client.post("/api/v1/leads", json=email_lead_body(last_name="x" * 2000), headers=ws.headers()),
                    413, "payload_too_large")
 
 
@@ -65,38 +62,40 @@ def test_the_body_limit_is_configurable(make_app, ws):
     ("phone", "9" * 40),
 ], ids=["first_name", "last_name", "email", "phone"])
 def test_strings_over_their_limits_are_422(client, ws, field, value):
-    response = client.post("/api/v1/leads", json={**lead_body(), field: value}, headers=ws.headers())
+    response = client.post("/api/v1/leads", json={**email_lead_body(), field: value}, headers=ws.headers())
     assert_problem(response, 422, "validation_failed", field)
 
 
 def test_names_are_trimmed_before_their_length_is_checked(client, ws):
-    response = client.post("/api/v1/leads", json=lead_body(first_name="  " + "x" * 100 + "  "), headers=ws.headers())
+    response = client.post("/api/v1/leads", json=email_lead_body(first_name="  " + "x" * 100 + "  "),
+                           headers=ws.headers())
     assert response.status_code == 201 and response.json["data"]["contact"]["first_name"] == "x" * 100
 
 
 def test_at_most_50_custom_fields(client, ws):
     fields = {f"k{n}": "v" for n in range(51)}
-    response = client.post("/api/v1/leads", json=lead_body(custom_fields=fields), headers=ws.headers())
+    response = client.post("/api/v1/leads", json=email_lead_body(custom_fields=fields), headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "custom_fields")
 
 
 def test_custom_field_keys_and_text_values_have_limits(client, ws):
-    long_key = client.post("/api/v1/leads", json=lead_body(custom_fields={"k" * 65: "v"}), headers=ws.headers())
+    long_key = client.post("/api/v1/leads", json=email_lead_body(custom_fields={"k" * 65: "v"}), headers=ws.headers())
     assert long_key.status_code == 422
-    long_text = client.post("/api/v1/leads", json=lead_body(custom_fields={"notes_from_call": "x" * 501}),
+    long_text = client.post("/api/v1/leads", json=email_lead_body(custom_fields={"notes_from_call": "x" * 501}),
                             headers=ws.headers())
     assert_problem(long_text, 422, "validation_failed", "custom_fields.notes_from_call")
 
 
 @pytest.mark.parametrize("value", [1e308, -1e308, 10 ** 30])
 def test_huge_custom_field_numbers_do_not_break_storage(client, ws, value):
-    response = client.post("/api/v1/leads", json=lead_body(custom_fields={"family_size": value}), headers=ws.headers())
+    response = client.post("/api/v1/leads", json=email_lead_body(custom_fields={"family_size": value}),
+                           headers=ws.headers())
     assert response.status_code in (201, 422)
 
 
 @pytest.mark.parametrize("value", [1e308, -1.18e308, 1e16, -0.01])
 def test_estimated_values_out_of_range_are_422(client, ws, value):
-    response = client.post("/api/v1/leads", json=lead_body(estimated_value=value), headers=ws.headers())
+    response = client.post("/api/v1/leads", json=email_lead_body(estimated_value=value), headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "estimated_value")
 
 
@@ -108,7 +107,7 @@ def test_page_size_outside_1_to_200_is_422(client, ws, size):
 
 @pytest.mark.parametrize("include", ["bogus", "activities,bogus", "x" * 5000], ids=["bogus", "mixed", "huge"])
 def test_unknown_include_is_422(client, ws, include):
-    lead = client.post("/api/v1/leads", json=lead_body(), headers=ws.headers()).json["data"]["id"]
+    lead = client.post("/api/v1/leads", json=email_lead_body(), headers=ws.headers()).json["data"]["id"]
     response = client.get(f"/api/v1/leads/{lead}?include={include}", headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "include")
     assert len(response.get_data()) < 2000, "the answer does not echo a huge input back"
@@ -123,7 +122,7 @@ def test_a_cursor_of_absurd_length_is_422(client, ws):
 def test_a_cursor_of_deeply_nested_json_is_422(client, ws, route):
     import base64
 
-    lead = client.post("/api/v1/leads", json=lead_body(), headers=ws.headers()).json["data"]["id"]
+    lead = client.post("/api/v1/leads", json=email_lead_body(), headers=ws.headers()).json["data"]["id"]
     cursor = base64.urlsafe_b64encode(b"[" * 1000).rstrip(b"=").decode()
     response = client.get(f"/api/v1/leads{route.format(lead=lead)}?page[after]={cursor}", headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "page[after]")
@@ -131,7 +130,7 @@ def test_a_cursor_of_deeply_nested_json_is_422(client, ws, route):
 
 @pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59-14:00"])
 def test_an_occurred_at_that_leaves_the_calendar_in_utc_is_422(client, ws, moment):
-    lead = client.post("/api/v1/leads", json=lead_body(), headers=ws.headers()).json["data"]["id"]
+    lead = client.post("/api/v1/leads", json=email_lead_body(), headers=ws.headers()).json["data"]["id"]
     response = client.post(f"/api/v1/leads/{lead}/activities", json={"kind": "call", "summary": "x", "occurred_at": moment},
                            headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "occurred_at")
@@ -148,7 +147,7 @@ def test_strings_the_database_cannot_store_are_422(client, ws, value):
 
 
 def test_nul_in_a_custom_field_value_is_422(client, ws):
-    response = client.post("/api/v1/leads", json=lead_body(custom_fields={"notes_from_call": "a\u0000b"}),
+    response = client.post("/api/v1/leads", json=email_lead_body(custom_fields={"notes_from_call": "a\u0000b"}),
                            headers=ws.headers())
     assert_problem(response, 422, "validation_failed", "custom_fields.notes_from_call")
 

@@ -7,14 +7,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from conftest import email_lead_body
 from leadsvc import idempotency
 from leadsvc.auth import hash_token
 from leadsvc.models import Activity, IdempotencyKey, Lead, Token, Transition, utcnow
 from served import InProcessServer, held_in_another_thread, race
-
-
-def lead_body(**extra):
-    return {"first_name": "Asha", "email": f"asha.{uuid.uuid4().hex[:12]}@example.com", **extra}
 
 
 def post(client, ws, body, key, path="/api/v1/leads", **headers):
@@ -22,7 +19,7 @@ def post(client, ws, body, key, path="/api/v1/leads", **headers):
 
 
 def test_same_key_and_body_replays_the_first_response(client, ws):
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     first = post(client, ws, body, key)
     again = post(client, ws, body, key)
     assert first.status_code == again.status_code == 201
@@ -36,7 +33,7 @@ def test_same_key_and_body_replays_the_first_response(client, ws):
 
 
 def test_a_replay_gets_its_own_request_id(client, ws):
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     first = post(client, ws, body, key, **{"X-Request-ID": "first-try"})
     again = post(client, ws, body, key, **{"X-Request-ID": "second-try"})
     assert again.headers["X-Request-ID"] == "second-try"
@@ -44,7 +41,7 @@ def test_a_replay_gets_its_own_request_id(client, ws):
 
 
 def test_json_formatting_and_key_order_do_not_change_the_request(client, ws):
-    body, key = lead_body(last_name="Rao"), uuid.uuid4().hex
+    body, key = email_lead_body(last_name="Rao"), uuid.uuid4().hex
     assert post(client, ws, body, key).status_code == 201
     reordered = "{\n  " + ", ".join(f'"{k}": "{v}"' for k, v in reversed(list(body.items()))) + "\n}"
     again = client.post("/api/v1/leads", data=reordered, content_type="application/json",
@@ -54,8 +51,8 @@ def test_json_formatting_and_key_order_do_not_change_the_request(client, ws):
 
 def test_same_key_with_another_body_is_422(client, ws):
     key = uuid.uuid4().hex
-    assert post(client, ws, lead_body(), key).status_code == 201
-    other = post(client, ws, lead_body(), key)
+    assert post(client, ws, email_lead_body(), key).status_code == 201
+    other = post(client, ws, email_lead_body(), key)
     assert other.status_code == 422
     assert other.json["code"] == "validation_failed"
     assert "Idempotency-Key" in other.json["errors"]
@@ -63,7 +60,7 @@ def test_same_key_with_another_body_is_422(client, ws):
 
 def test_same_key_on_another_path_is_422(client, ws):
     key = uuid.uuid4().hex
-    created = post(client, ws, lead_body(), key)
+    created = post(client, ws, email_lead_body(), key)
     statuses = {s["name"]: s["id"] for s in client.get("/api/v1/statuses", headers=ws.headers()).json["data"]}
     move = post(client, ws, {"status": statuses["Contacted"]}, key, path=created.headers["Location"] + "/status")
     assert move.status_code == 422 and "Idempotency-Key" in move.json["errors"]
@@ -72,17 +69,17 @@ def test_same_key_on_another_path_is_422(client, ws):
 @pytest.mark.parametrize("key", ["", " ", "a b", "x" * 256, "ключ", "tab\there"],
                          ids=["empty", "space", "inner-space", "too-long", "cyrillic", "tab"])
 def test_a_malformed_key_is_422(client, ws, key):
-    response = post(client, ws, lead_body(), key)
+    response = post(client, ws, email_lead_body(), key)
     assert response.status_code == 422
     assert "Idempotency-Key" in response.json["errors"]
 
 
 def test_a_key_of_255_printable_characters_is_accepted(client, ws):
-    assert post(client, ws, lead_body(), "k" * 254 + "~").status_code == 201
+    assert post(client, ws, email_lead_body(), "k" * 254 + "~").status_code == 201
 
 
 def test_keys_belong_to_the_token_that_sent_them(client, ws):
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     first = client.post("/api/v1/leads", json=body, headers={**ws.headers(), "Idempotency-Key": key})
     other_token = {**ws.headers("nmgr@t.test"), "Idempotency-Key": key}
     second = client.post("/api/v1/leads", json=body, headers=other_token)
@@ -102,7 +99,7 @@ def test_a_validation_failure_is_recorded_and_replayed(client, ws):
 
 @pytest.mark.parametrize("abilities, status", [(("leads:read",), 403)])
 def test_forbidden_is_not_recorded(client, ws, abilities, status):
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     denied = client.post("/api/v1/leads", json=body,
                          headers={**ws.headers(abilities=abilities), "Idempotency-Key": key})
     assert denied.status_code == status
@@ -111,7 +108,7 @@ def test_forbidden_is_not_recorded(client, ws, abilities, status):
 
 def test_an_invalid_token_keeps_no_key(client, ws):
     key = uuid.uuid4().hex
-    response = client.post("/api/v1/leads", json=lead_body(),
+    response = client.post("/api/v1/leads", json=email_lead_body(),
                            headers={"Authorization": "Bearer lsk_" + "A" * 40, "Idempotency-Key": key})
     assert response.status_code == 401
     assert IdempotencyKey.select().where(IdempotencyKey.key == key).count() == 0
@@ -129,7 +126,7 @@ def test_a_server_error_rolls_everything_back_and_is_not_recorded(make_app, ws, 
     app = make_app()
     app.config["PROPAGATE_EXCEPTIONS"] = False
     client = app.test_client()
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     from leadsvc import leads
 
     def fail_after_writing(*args, **kwargs):
@@ -146,7 +143,7 @@ def test_a_server_error_rolls_everything_back_and_is_not_recorded(make_app, ws, 
 
 
 def test_keys_expire_after_24_hours(client, ws):
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     first = post(client, ws, body, key)
     IdempotencyKey.update(expires_at=utcnow() - timedelta(seconds=1)).where(IdempotencyKey.key == key).execute()
     again = post(client, ws, body, key)
@@ -158,9 +155,9 @@ def test_keys_expire_after_24_hours(client, ws):
 
 def test_expired_keys_are_purged(client, ws):
     key = uuid.uuid4().hex
-    post(client, ws, lead_body(), key)
+    post(client, ws, email_lead_body(), key)
     IdempotencyKey.update(expires_at=datetime(2000, 1, 1)).where(IdempotencyKey.key == key).execute()
-    post(client, ws, lead_body(), uuid.uuid4().hex)
+    post(client, ws, email_lead_body(), uuid.uuid4().hex)
     assert IdempotencyKey.select().where(IdempotencyKey.key == key).count() == 0
 
 
@@ -170,7 +167,7 @@ def test_expired_keys_are_purged_faster_than_new_keys_are_written_at_any_rate(cl
     mine = []
     for _ in range(30):
         mine.append(uuid.uuid4().hex)
-        assert post(client, ws, lead_body(), mine[-1]).status_code == 201
+        assert post(client, ws, email_lead_body(), mine[-1]).status_code == 201
         # Older than any other expired key in the table, so these are the first to go.
         IdempotencyKey.update(expires_at=datetime(2000, 1, 1)).where(IdempotencyKey.key.in_(mine)).execute()
     assert IdempotencyKey.select().where(IdempotencyKey.key.in_(mine)).count() <= 1, \
@@ -190,7 +187,7 @@ def test_the_key_is_documented_on_every_post(app):
 
 def test_two_concurrent_requests_with_one_key_make_one_lead(app, ws):
     """Acceptance 6: through a real waitress server, N racers with one key create one lead."""
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     headers = {**ws.headers(), "Idempotency-Key": key}
     racers = 6
     with InProcessServer(app, threads=racers) as server:
@@ -205,7 +202,7 @@ def test_two_concurrent_requests_with_one_key_make_one_lead(app, ws):
 
 
 def test_concurrent_stage_moves_with_one_key_move_once(app, ws):
-    created = app.test_client().post("/api/v1/leads", json=lead_body(), headers=ws.headers())
+    created = app.test_client().post("/api/v1/leads", json=email_lead_body(), headers=ws.headers())
     lead_path = created.headers["Location"]
     statuses = {s["name"]: s["id"] for s in app.test_client().get("/api/v1/statuses", headers=ws.headers()).json["data"]}
     headers = {**ws.headers(), "Idempotency-Key": uuid.uuid4().hex}
@@ -225,7 +222,7 @@ def test_a_key_still_in_progress_is_409_on_postgresql(app, ws, backend, monkeypa
     from leadsvc.db import database
 
     monkeypatch.setattr(idempotency, "LOCK_WAIT_MS", 200)
-    body, key = lead_body(), uuid.uuid4().hex
+    body, key = email_lead_body(), uuid.uuid4().hex
     headers = {**ws.headers(), "Idempotency-Key": key}
     scope = "tok:" + Token.get(Token.secret_hash == hash_token(ws.token())).public_id
     transaction = database.atomic()

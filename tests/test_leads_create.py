@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import create_lead, lead_body, new_phone
+from conftest import lead_body, new_phone, run_import
 from leadsvc.models import Activity, AuditEntry, Lead, Transition, Workspace
 
 
@@ -33,8 +33,8 @@ def test_create_answers_201_with_location_and_the_new_lead(client, ws):
 
 @pytest.mark.parametrize("raw", ["9876543210", "+91 98765 43210", "09876543210", "919876543210",
                                  "0091 98765 43210", "(+91) 98765 43210", "98765-43210"])
-def test_indian_mobiles_in_any_spelling_are_stored_as_e164(client, ws, raw):
-    lead = create_lead(client, ws, phone=raw)
+def test_indian_mobiles_in_any_spelling_are_stored_as_e164(client, make_lead, ws, raw):
+    lead = make_lead(ws, phone=raw)
     assert lead["contact"]["phone"] == "+919876543210"
 
 
@@ -79,8 +79,8 @@ def test_invalid_email_is_422(client, ws):
     assert response.status_code == 422 and "email" in response.json["errors"]
 
 
-def test_strings_are_trimmed_and_names_limited_to_100_characters(client, ws):
-    lead = create_lead(client, ws, first_name="  Asha  ", last_name=" Rao ")
+def test_strings_are_trimmed_and_names_limited_to_100_characters(client, make_lead, ws):
+    lead = make_lead(ws, first_name="  Asha  ", last_name=" Rao ")
     assert (lead["contact"]["first_name"], lead["contact"]["last_name"]) == ("Asha", "Rao")
     response = post(client, ws, lead_body(ws, first_name="x" * 101))
     assert response.status_code == 422 and "first_name" in response.json["errors"]
@@ -108,8 +108,8 @@ def test_estimated_value_must_be_a_sane_number(client, ws, value):
     assert response.status_code == 422 and "estimated_value" in response.json["errors"]
 
 
-def test_custom_fields_are_checked_against_their_definitions(client, ws):
-    ok = create_lead(client, ws, custom_fields={"product_interest": "villa", "budget_confirmed": True,
+def test_custom_fields_are_checked_against_their_definitions(client, make_lead, ws):
+    ok = make_lead(ws, custom_fields={"product_interest": "villa", "budget_confirmed": True,
                                                 "family_size": 4, "site_visit_on": "2026-12-01",
                                                 "notes_from_call": "  wants a garden "})
     assert ok["custom_fields"] == {"product_interest": "villa", "budget_confirmed": True, "family_size": 4,
@@ -127,8 +127,8 @@ def test_at_most_50_custom_field_keys(client, ws):
     assert response.status_code == 422 and "custom_fields" in response.json["errors"]
 
 
-def test_a_new_lead_starts_in_the_first_status_with_a_transition_from_null(client, ws):
-    lead = create_lead(client, ws)
+def test_a_new_lead_starts_in_the_first_status_with_a_transition_from_null(client, make_lead, ws):
+    lead = make_lead(ws)
     assert lead["status"]["id"] == ws.ids.statuses["New"] and lead["status"]["position"] == 1
     row = Lead.get(Lead.public_id == lead["id"])
     transitions = list(Transition.select().where(Transition.lead == row.id))
@@ -149,9 +149,9 @@ def test_the_creating_token_and_request_id_are_the_actor(client, ws):
     assert audit.actor_member_id == ws.member("admin@t.test").id and audit.actor_token_id is not None
 
 
-def test_new_leads_are_scored_with_reasons(client, ws):
-    lead = create_lead(client, ws, email="a@example.com", estimated_value=12_000_000,
-                       custom_fields={"product_interest": "villa"})
+def test_new_leads_are_scored_with_reasons(client, make_lead, ws):
+    lead = make_lead(ws, email="a@example.com", estimated_value=12_000_000,
+                     custom_fields={"product_interest": "villa"})
     reasons = {r["reason"]: r["points"] for r in lead["score_reasons"]}
     assert reasons == {"source:Website": 10, "contact:phone": 10, "contact:email": 5, "contact:name": 5,
                        "value:>=10000000": 20, "custom_field:product_interest=villa": 15}
@@ -160,8 +160,8 @@ def test_new_leads_are_scored_with_reasons(client, ws):
 
 # --- duplicates --------------------------------------------------------------------------------
 
-def test_same_phone_gives_200_with_the_existing_lead_and_creates_nothing(client, ws):
-    first = create_lead(client, ws, email="first@example.com")
+def test_same_phone_gives_200_with_the_existing_lead_and_creates_nothing(client, make_lead, ws):
+    first = make_lead(ws, email="first@example.com")
     before = lead_count(ws)
     response = post(client, ws, lead_body(ws, phone=first["contact"]["phone"], first_name="Again",
                                           custom_fields={"family_size": 3}))
@@ -176,27 +176,27 @@ def test_same_phone_gives_200_with_the_existing_lead_and_creates_nothing(client,
     assert activity.data["submitted"]["custom_fields"] == {"family_size": 3}
 
 
-def test_same_email_in_another_case_is_a_duplicate(client, ws):
-    first = create_lead(client, ws, phone=None, email="dup@example.com")
+def test_same_email_in_another_case_is_a_duplicate(client, make_lead, ws):
+    first = make_lead(ws, phone=None, email="dup@example.com")
     response = post(client, ws, {"email": "DUP@example.com", "phone": new_phone()})
     assert response.status_code == 200 and response.json["matched_on"] == ["email"]
     assert response.json["data"]["id"] == first["id"]
 
 
-def test_matching_both_phone_and_email_says_both(client, ws):
-    first = create_lead(client, ws, email="both@example.com")
+def test_matching_both_phone_and_email_says_both(client, make_lead, ws):
+    first = make_lead(ws, email="both@example.com")
     response = post(client, ws, {"email": "both@example.com", "phone": first["contact"]["phone"]})
     assert response.json["matched_on"] == ["phone", "email"]
 
 
-def test_duplicates_are_per_workspace(client, ws, other_ws):
-    first = create_lead(client, ws, email="shared@example.com")
-    other = create_lead(client, other_ws, phone=first["contact"]["phone"], email="shared@example.com")
+def test_duplicates_are_per_workspace(client, make_lead, ws, other_ws):
+    first = make_lead(ws, email="shared@example.com")
+    other = make_lead(other_ws, phone=first["contact"]["phone"], email="shared@example.com")
     assert other["id"] != first["id"]
 
 
-def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, ws):
-    lead = create_lead(client, ws)
+def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, make_lead, ws):
+    lead = make_lead(ws)
     owner = lead["owner"]["id"]
     outsider = next(email for email, mid in ws.ids.members.items()
                     if mid != owner and email in ("n1@t.test", "n2@t.test", "s1@t.test"))
@@ -208,8 +208,8 @@ def test_duplicate_outside_the_callers_scope_is_409_showing_nothing(client, ws):
     assert Activity.select().count() == before, "an error changes nothing"
 
 
-def test_a_create_only_token_learns_a_duplicates_id_but_never_reads_it(client, ws):
-    first = create_lead(client, ws, email="known@example.com", first_name="Known")
+def test_a_create_only_token_learns_a_duplicates_id_but_never_reads_it(client, make_lead, ws):
+    first = make_lead(ws, email="known@example.com", first_name="Known")
     create_only = ws.headers("admin@t.test", ("leads:create",))
     response = client.post("/api/v1/leads", json={"phone": first["contact"]["phone"], "email": "known@example.com"},
                            headers=create_only)
@@ -221,8 +221,8 @@ def test_a_create_only_token_learns_a_duplicates_id_but_never_reads_it(client, w
         "a lead it just created is shown whole"
 
 
-def test_without_leads_read_a_duplicate_outside_the_scope_is_still_409(client, ws):
-    lead = create_lead(client, ws)
+def test_without_leads_read_a_duplicate_outside_the_scope_is_still_409(client, make_lead, ws):
+    lead = make_lead(ws)
     outsider = next(email for email in ("n1@t.test", "n2@t.test", "s1@t.test")
                     if ws.ids.members[email] != lead["owner"]["id"])
     response = client.post("/api/v1/leads", json={"phone": lead["contact"]["phone"]},
@@ -275,7 +275,7 @@ def with_a_form(data):
     data["forms"] = [{"name": "Enquiry", "source": "Website", "allowed_origins": ["https://acme.test"]}]
 
 
-def phone_through(path, client, ws, phone, tmp_path, database_url):
+def phone_through(path, client, make_lead, ws, phone, tmp_path, database_url):
     """Send `phone` through one of the ways a lead comes in: its 422 errors (None: no 422) and the
     phones stored in the workspace afterwards."""
     errors = None
@@ -283,7 +283,7 @@ def phone_through(path, client, ws, phone, tmp_path, database_url):
         response = post(client, ws, {"phone": phone})
         errors = response.json.get("errors") if response.status_code == 422 else None
     elif path == "api patch":
-        lead = create_lead(client, ws, phone=None, email="patch@example.com")
+        lead = make_lead(ws, phone=None, email="patch@example.com")
         response = client.patch(f"/api/v1/leads/{lead['id']}", json={"phone": phone}, headers=ws.headers())
         errors = response.json.get("errors") if response.status_code == 422 else None
     elif path in ("form json", "form encoded"):
@@ -298,18 +298,11 @@ def phone_through(path, client, ws, phone, tmp_path, database_url):
     else:   # csv import
         import csv
         import json
-        import os
-
-        from click.testing import CliRunner
-
-        from leadsvc.cli import cli
 
         file = tmp_path / "leads.csv"
         with open(file, "w", newline="") as fh:
             csv.writer(fh).writerows([["phone"], [phone]])
-        result = CliRunner().invoke(cli, ["--config", os.devnull, "import", str(file), "--workspace", ws.public_id,
-                                          "--json"], env={"LEADSVC_DATABASE_URL": database_url},
-                                    catch_exceptions=False)
+        result = run_import(database_url, file, ws.public_id, "--json")
         report = json.loads(result.stdout)
         errors = {e["field"]: [e["message"]] for e in report["errors"]} or None
     phones = [p for (p,) in Lead.select(Lead.phone).join(Workspace)
@@ -320,9 +313,9 @@ def phone_through(path, client, ws, phone, tmp_path, database_url):
 @pytest.mark.parametrize("path", ["api create", "api patch", "form json", "form encoded", "csv import"])
 @pytest.mark.parametrize("phone", LETTERED_PHONES)
 def test_a_phone_with_a_letter_is_422_on_every_way_in_never_keypad_digits(
-        client, make_workspace, tmp_path, database_url, path, phone):
+        client, make_lead, make_workspace, tmp_path, database_url, path, phone):
     ws = make_workspace(with_a_form)
-    errors, phones = phone_through(path, client, ws, phone, tmp_path, database_url)
+    errors, phones = phone_through(path, client, make_lead, ws, phone, tmp_path, database_url)
     assert errors is not None and "Indian mobile" in " ".join(errors.get("phone", [])), errors
     assert phones == [], "nothing was stored, least of all the letters read as keypad digits"
 
@@ -359,8 +352,8 @@ def test_the_default_phone_regions_take_indian_mobiles_alone(client, ws):
     assert response.json["errors"]["phone"] == ["Enter a valid Indian mobile number, such as +91 98765 43210."]
 
 
-def test_a_foreign_mobile_is_a_duplicate_however_it_is_spelt_in_a_create_and_a_batch(client, nri_ws):
-    first = create_lead(client, nri_ws, phone=UAE_MOBILE)
+def test_a_foreign_mobile_is_a_duplicate_however_it_is_spelt_in_a_create_and_a_batch(client, make_lead, nri_ws):
+    first = make_lead(nri_ws, phone=UAE_MOBILE)
     again = client.post("/api/v1/leads", json=lead_body(nri_ws, phone="00971-50-123-4567"), headers=nri_ws.headers())
     assert again.status_code == 200 and again.json["matched_on"] == ["phone"] and again.json["data"]["id"] == first["id"]
     batch = client.post("/api/v1/leads/batch", json={"leads": [lead_body(nri_ws, phone="+971501234567"),
@@ -370,14 +363,14 @@ def test_a_foreign_mobile_is_a_duplicate_however_it_is_spelt_in_a_create_and_a_b
 
 
 @pytest.mark.parametrize("q", ["+971 50 123 4567", "50 123 4567", "4567"])
-def test_search_by_phone_suffix_finds_a_foreign_mobile(client, nri_ws, q):
-    lead = create_lead(client, nri_ws, phone=UAE_MOBILE)
+def test_search_by_phone_suffix_finds_a_foreign_mobile(client, make_lead, nri_ws, q):
+    lead = make_lead(nri_ws, phone=UAE_MOBILE)
     found = client.get("/api/v1/leads", query_string={"q": q}, headers=nri_ws.headers())
     assert found.status_code == 200 and lead["id"] in [item["id"] for item in found.json["data"]]
 
 
-def test_erasure_and_access_by_phone_find_a_foreign_mobile(client, nri_ws):
-    lead = create_lead(client, nri_ws, phone=UK_MOBILE)
+def test_erasure_and_access_by_phone_find_a_foreign_mobile(client, make_lead, nri_ws):
+    lead = make_lead(nri_ws, phone=UK_MOBILE)
     subject = client.get("/api/v1/privacy/subject", query_string={"phone": "+44 7400 123 456"}, headers=nri_ws.headers())
     assert subject.status_code == 200 and [item["id"] for item in subject.json["data"]["leads"]] == [lead["id"]]
     erased = client.post("/api/v1/privacy/erasures", json={"phone": "0044 7400 123456", "reason": "asked"},

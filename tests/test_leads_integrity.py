@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import create_lead, lead_body
+from conftest import lead_body
 from leadsvc import pipeline
 from leadsvc.models import Activity, AuditEntry, Lead, Transition, Workspace
 
@@ -32,8 +32,8 @@ def test_a_failure_after_the_lead_row_leaves_no_lead_transition_activity_or_audi
     assert not Lead.select().where(Lead.email == "ghost@example.com").exists()
 
 
-def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
-    lead = create_lead(client, ws)
+def test_a_failed_update_or_move_changes_nothing(client, make_lead, ws, monkeypatch):
+    lead = make_lead(ws)
     before = counts(ws)
     monkeypatch.setattr(pipeline, "record_audit", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     assert client.patch(f"/api/v1/leads/{lead['id']}", json={"first_name": "Changed"},
@@ -46,14 +46,14 @@ def test_a_failed_update_or_move_changes_nothing(client, ws, monkeypatch):
     assert client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).json["data"] == lead
 
 
-def test_a_write_rechecks_the_scope_under_its_lock(client, ws):
+def test_a_write_rechecks_the_scope_under_its_lock(client, make_lead, ws):
     """A lead reassigned between the view's lookup and the write's lock is no longer the caller's."""
     from leadsvc.auth import Caller
     from leadsvc.config import load_settings
     from leadsvc.history import Actor
     from leadsvc.problems import NotFound
     from leadsvc.refs import Refs
-    lead = create_lead(client, ws)
+    lead = make_lead(ws)
     row = Lead.get(Lead.public_id == lead["id"])
     agent = next(ws.member(e) for e, m in ws.ids.members.items() if m == lead["owner"]["id"])
     caller = Caller(None, agent, agent.workspace, frozenset())

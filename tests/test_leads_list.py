@@ -5,7 +5,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import create_lead
 from leadsvc.listing import Period, parse_period
 from leadsvc.models import NEVER, Lead
 
@@ -30,9 +29,9 @@ def set_fields(lead_id: str, **fields) -> None:
 
 
 @pytest.fixture
-def three_owners(client, ws):
+def three_owners(client, make_lead, ws):
     """One lead per agent (fallback rotation gives n1, n2, s1 in turn)."""
-    leads = [create_lead(client, ws) for _ in range(3)]
+    leads = [make_lead(ws) for _ in range(3)]
     return {lead["owner"]["id"]: lead["id"] for lead in leads}
 
 
@@ -48,8 +47,8 @@ def test_manager_sees_its_teams_leads(client, ws, three_owners):
     assert ids(client.get("/api/v1/leads", headers=ws.headers("smgr@t.test"))) == [three_owners[ws.ids.members["s1@t.test"]]]
 
 
-def test_admin_sees_the_workspace_and_never_another(client, ws, other_ws, three_owners):
-    create_lead(client, other_ws)
+def test_admin_sees_the_workspace_and_never_another(client, make_lead, ws, other_ws, three_owners):
+    make_lead(other_ws)
     assert set(ids(client.get("/api/v1/leads", headers=ws.headers()))) == set(three_owners.values())
 
 
@@ -62,9 +61,9 @@ def test_no_parameter_widens_the_scope(client, ws, three_owners):
 
 # --- filters -----------------------------------------------------------------------------------
 
-def test_id_filters_take_comma_separated_public_ids(client, ws):
-    website = create_lead(client, ws, source=ws.ids.sources["Website"])
-    referral = create_lead(client, ws, source=ws.ids.sources["Referral"])
+def test_id_filters_take_comma_separated_public_ids(client, make_lead, ws):
+    website = make_lead(ws, source=ws.ids.sources["Website"])
+    referral = make_lead(ws, source=ws.ids.sources["Referral"])
     src = ws.ids.sources
     assert ids(client.get(f"/api/v1/leads?filter[source]={src['Referral']}", headers=ws.headers())) == [referral["id"]]
     both = client.get(f"/api/v1/leads?filter[source]={src['Referral']},{src['Website']}", headers=ws.headers())
@@ -91,23 +90,23 @@ def test_malformed_parameters_are_422_naming_the_parameter(client, ws, param, va
     assert param in response.json["errors"]
 
 
-def test_well_formed_ids_that_match_nothing_give_an_empty_page(client, ws, other_ws):
-    create_lead(client, ws)
+def test_well_formed_ids_that_match_nothing_give_an_empty_page(client, make_lead, ws, other_ws):
+    make_lead(ws)
     foreign = other_ws.ids.statuses["New"]
     response = client.get(f"/api/v1/leads?filter[status]={foreign}", headers=ws.headers())
     assert ids(response) == [] and response.json["meta"] == {"has_more": False}
 
 
-def test_unknown_filter_keys_give_an_empty_200_naming_them(client, ws):
-    create_lead(client, ws)
+def test_unknown_filter_keys_give_an_empty_200_naming_them(client, make_lead, ws):
+    make_lead(ws)
     response = client.get("/api/v1/leads?filter[stauts]=x&filter[color]=red", headers=ws.headers())
     assert ids(response) == []
     assert response.json["meta"] == {"has_more": False, "unknown_filters": ["filter[color]", "filter[stauts]"]}
     assert response.json["links"] == {"next": None}
 
 
-def test_score_band_filter_uses_the_configured_thresholds(client, ws):
-    leads = [create_lead(client, ws) for _ in range(3)]
+def test_score_band_filter_uses_the_configured_thresholds(client, make_lead, ws):
+    leads = [make_lead(ws) for _ in range(3)]
     for lead, score in zip(leads, (85, 45, 10)):
         set_fields(lead["id"], score=score)
     get = lambda bands: set(ids(client.get(f"/api/v1/leads?filter[score_band]={bands}", headers=ws.headers())))
@@ -118,17 +117,17 @@ def test_score_band_filter_uses_the_configured_thresholds(client, ws):
 
 
 @pytest.mark.parametrize("path", ["/api/v1/leads", "/api/v1/leads/export.csv"])
-def test_a_band_named_many_times_filters_like_once(client, ws, path):
+def test_a_band_named_many_times_filters_like_once(client, make_lead, ws, path):
     """A band repeated hundreds of times once nested as many ORs, past SQLite's parser stack (500)."""
-    lead = create_lead(client, ws)
+    lead = make_lead(ws)
     set_fields(lead["id"], score=85)
     response = client.get(f"{path}?filter[score_band]={','.join(['hot'] * 500)},cold", headers=ws.headers())
     assert response.status_code == 200
     assert lead["id"] in response.get_data(as_text=True)
 
 
-def test_created_at_ranges_are_in_the_workspace_time_zone_with_dates_inclusive(client, ws):
-    leads = [create_lead(client, ws) for _ in range(3)]
+def test_created_at_ranges_are_in_the_workspace_time_zone_with_dates_inclusive(client, make_lead, ws):
+    leads = [make_lead(ws) for _ in range(3)]
     # Asia/Kolkata is UTC+05:30: 2026-03-31 20:00 UTC is already 1 April there.
     for lead, at in zip(leads, (datetime(2026, 3, 1, 0, 0), datetime(2026, 3, 31, 18, 29), datetime(2026, 3, 31, 20, 0))):
         set_fields(lead["id"], created_at=at)
@@ -143,8 +142,8 @@ def test_created_at_ranges_are_in_the_workspace_time_zone_with_dates_inclusive(c
     assert exact == [leads[1]["id"]], "datetime ends are inclusive"
 
 
-def test_created_at_keywords_cover_recent_leads(client, ws):
-    recent, old = create_lead(client, ws), create_lead(client, ws)
+def test_created_at_keywords_cover_recent_leads(client, make_lead, ws):
+    recent, old = make_lead(ws), make_lead(ws)
     set_fields(old["id"], created_at=datetime.now() - timedelta(days=400))
     for keyword in ("today", "last_7_days", "last_30_days", "last_90_days", "this_year"):
         assert ids(client.get(f"/api/v1/leads?filter[created_at]={keyword}", headers=ws.headers())) == [recent["id"]], keyword
@@ -172,24 +171,24 @@ def test_keyword_periods_are_whole_local_days(keyword, today, first, after):
 
 # --- sorts and cursors -------------------------------------------------------------------------
 
-def test_default_sort_is_newest_first_with_the_id_breaking_ties(client, ws):
-    leads = [create_lead(client, ws)["id"] for _ in range(4)]
+def test_default_sort_is_newest_first_with_the_id_breaking_ties(client, make_lead, ws):
+    leads = [make_lead(ws)["id"] for _ in range(4)]
     same = datetime(2026, 1, 1, 12, 0)
     for lead in leads:
         set_fields(lead, created_at=same)
     assert ids(client.get("/api/v1/leads", headers=ws.headers())) == sorted(leads, reverse=True)
 
 
-def test_score_sort_is_ascending_with_the_id_breaking_ties(client, ws):
-    leads = [create_lead(client, ws)["id"] for _ in range(4)]
+def test_score_sort_is_ascending_with_the_id_breaking_ties(client, make_lead, ws):
+    leads = [make_lead(ws)["id"] for _ in range(4)]
     for lead, score in zip(leads, (50, 10, 50, 90)):
         set_fields(lead, score=score)
     expected = [leads[1]] + sorted([leads[0], leads[2]]) + [leads[3]]
     assert ids(client.get("/api/v1/leads?sort=score", headers=ws.headers())) == expected
 
 
-def test_last_activity_sort_puts_leads_without_activity_last(client, ws):
-    never, old, recent = (create_lead(client, ws)["id"] for _ in range(3))
+def test_last_activity_sort_puts_leads_without_activity_last(client, make_lead, ws):
+    never, old, recent = (make_lead(ws)["id"] for _ in range(3))
     for lead, kind in ((old, "call"), (recent, "meeting")):
         response = client.post(f"/api/v1/leads/{lead}/activities", json={"kind": kind, "summary": "talked"},
                                headers=ws.headers())
@@ -202,8 +201,8 @@ def test_last_activity_sort_puts_leads_without_activity_last(client, ws):
 
 
 @pytest.mark.parametrize("sort", ["-created_at", "score", "-last_activity_at"])
-def test_pages_follow_links_next_without_repeats_or_gaps(client, ws, sort):
-    leads = [create_lead(client, ws)["id"] for _ in range(7)]
+def test_pages_follow_links_next_without_repeats_or_gaps(client, make_lead, ws, sort):
+    leads = [make_lead(ws)["id"] for _ in range(7)]
     for i, lead in enumerate(leads):
         set_fields(lead, score=i % 3, created_at=datetime(2026, 1, 1 + i % 2))
     walked = walk(client, ws, f"/api/v1/leads?sort={sort}&page[size]=2")
@@ -211,9 +210,9 @@ def test_pages_follow_links_next_without_repeats_or_gaps(client, ws, sort):
     assert walked == ids(client.get(f"/api/v1/leads?sort={sort}&page[size]=200", headers=ws.headers()))
 
 
-def test_links_next_carries_every_filter_the_sort_and_the_page_size(client, ws):
+def test_links_next_carries_every_filter_the_sort_and_the_page_size(client, make_lead, ws):
     for _ in range(3):
-        create_lead(client, ws)
+        make_lead(ws)
     params = {"filter[status]": ws.ids.statuses["New"], "filter[score_band]": "cold,warm,hot",
               "filter[created_at]": "last_30_days", "sort": "score", "page[size]": "2"}
     response = client.get("/api/v1/leads", query_string=params, headers=ws.headers())
@@ -225,9 +224,9 @@ def test_links_next_carries_every_filter_the_sort_and_the_page_size(client, ws):
     assert response.json["meta"]["has_more"] is True
 
 
-def test_a_cursor_is_bound_to_its_sort_and_filters(client, ws):
+def test_a_cursor_is_bound_to_its_sort_and_filters(client, make_lead, ws):
     for _ in range(3):
-        create_lead(client, ws)
+        make_lead(ws)
     link = client.get("/api/v1/leads?page[size]=1", headers=ws.headers()).json["links"]["next"]
     after = parse_qs(urlsplit(link).query)["page[after]"][0]
     for other in (f"sort=score&page[after]={after}", f"filter[score_band]=cold&page[after]={after}"):
@@ -236,9 +235,9 @@ def test_a_cursor_is_bound_to_its_sort_and_filters(client, ws):
     assert client.get(f"/api/v1/leads?page[size]=5&page[after]={after}", headers=ws.headers()).status_code == 200
 
 
-def test_cursors_hold_no_internal_ids(client, ws):
+def test_cursors_hold_no_internal_ids(client, make_lead, ws):
     for _ in range(2):
-        create_lead(client, ws)
+        make_lead(ws)
     import base64
     import json
     link = client.get("/api/v1/leads?page[size]=1", headers=ws.headers()).json["links"]["next"]
@@ -247,9 +246,9 @@ def test_cursors_hold_no_internal_ids(client, ws):
     assert decoded[2].startswith("ld_") and not any(isinstance(part, int) for part in decoded)
 
 
-def test_default_page_size_is_50(client, ws):
+def test_default_page_size_is_50(client, make_lead, ws):
     for _ in range(51):
-        create_lead(client, ws)
+        make_lead(ws)
     response = client.get("/api/v1/leads", headers=ws.headers())
     assert len(response.json["data"]) == 50 and response.json["meta"]["has_more"] is True
 

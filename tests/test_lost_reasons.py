@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import create_lead, standard_setup
+from conftest import standard_setup
 from leadsvc.models import AuditEntry, Lead, Transition
 from leadsvc.provision import apply_setup, parse_setup
 
@@ -73,8 +73,8 @@ def test_the_lost_reasons_list_holds_the_workspace_reasons_in_order(client, lr_w
     assert client.get("/api/v1/lost-reasons", headers=ws.headers()).json["data"] == [], "another workspace's"
 
 
-def test_a_move_to_lost_needs_a_known_reason_when_the_workspace_has_reasons(client, lr_ws):
-    lead = create_lead(client, lr_ws)
+def test_a_move_to_lost_needs_a_known_reason_when_the_workspace_has_reasons(client, make_lead, lr_ws):
+    lead = make_lead(lr_ws)
     missing = move(client, lr_ws, lead["id"], "Lost")
     assert missing.status_code == 422 and "reason" in missing.json["errors"]
     assert REASONS[0] in missing.json["errors"]["reason"][0], "the message names the reasons"
@@ -86,14 +86,14 @@ def test_a_move_to_lost_needs_a_known_reason_when_the_workspace_has_reasons(clie
     assert Transition.select().join(Lead).where(Lead.public_id == lead["id"]).count() == 1, "nothing moved"
 
 
-def test_a_reason_on_a_move_to_an_open_status_is_422(client, lr_ws):
-    lead = create_lead(client, lr_ws)
+def test_a_reason_on_a_move_to_an_open_status_is_422(client, make_lead, lr_ws):
+    lead = make_lead(lr_ws)
     response = move(client, lr_ws, lead["id"], "Contacted", reason=lr_ws.ids.lost_reasons["Budget too low"])
     assert response.status_code == 422 and "reason" in response.json["errors"]
 
 
-def test_the_reason_is_kept_on_the_transition_and_the_lead_and_reopening_clears_the_leads(client, lr_ws):
-    lead = create_lead(client, lr_ws)
+def test_the_reason_is_kept_on_the_transition_and_the_lead_and_reopening_clears_the_leads(client, make_lead, lr_ws):
+    lead = make_lead(lr_ws)
     reason = lr_ws.ids.lost_reasons["Bought elsewhere"]
     lost = move(client, lr_ws, lead["id"], "Lost", reason=reason, note="Went with a rival")
     assert lost.status_code == 200, lost.json
@@ -114,17 +114,17 @@ def test_the_reason_is_kept_on_the_transition_and_the_lead_and_reopening_clears_
     assert [t["lost_reason"] for t in history] == [None, expected, None], "the transition keeps it"
 
 
-def test_without_reasons_a_move_to_lost_needs_none(client, ws):
-    lead = create_lead(client, ws)
+def test_without_reasons_a_move_to_lost_needs_none(client, make_lead, ws):
+    lead = make_lead(ws)
     response = move(client, ws, lead["id"], "Lost")
     assert response.status_code == 200 and response.json["data"]["lost_reason"] is None
     assert response.json["transition"]["lost_reason"] is None
-    other = create_lead(client, ws)
+    other = make_lead(ws)
     assert move(client, ws, other["id"], "Lost", reason="lr_0000000000000000").status_code == 422
 
 
-def test_a_reason_added_by_setup_is_usable_at_once(client, ws):
-    lead = create_lead(client, ws)
+def test_a_reason_added_by_setup_is_usable_at_once(client, make_lead, ws):
+    lead = make_lead(ws)
     client.get("/api/v1/statuses", headers=ws.headers())   # the reference data is cached now
     data = standard_setup(_workspace_name(ws))
     data["lost_reasons"] = [{"name": "Late"}]
@@ -133,10 +133,10 @@ def test_a_reason_added_by_setup_is_usable_at_once(client, ws):
     assert move(client, ws, lead["id"], "Lost", reason=added).status_code == 200
 
 
-def test_the_conversion_report_counts_lost_leads_by_reason_in_scope(client, lr_ws):
+def test_the_conversion_report_counts_lost_leads_by_reason_in_scope(client, make_lead, lr_ws):
     budget, elsewhere = lr_ws.ids.lost_reasons["Budget too low"], lr_ws.ids.lost_reasons["Bought elsewhere"]
-    north = [create_lead(client, lr_ws) for _ in range(3)]
-    south = create_lead(client, lr_ws)
+    north = [make_lead(lr_ws) for _ in range(3)]
+    south = make_lead(lr_ws)
     client.patch(f"/api/v1/leads/{south['id']}", json={"owner": lr_ws.ids.members["s1@t.test"]},
                  headers=lr_ws.headers())
     for lead in north[:3]:
@@ -157,8 +157,8 @@ def test_the_conversion_report_counts_lost_leads_by_reason_in_scope(client, lr_w
                                                     ("Not reachable", 0)], "the North manager's team only"
 
 
-def test_lost_leads_without_a_reason_are_counted_apart(client, ws):
-    lead = create_lead(client, ws)
+def test_lost_leads_without_a_reason_are_counted_apart(client, make_lead, ws):
+    lead = make_lead(ws)
     assert move(client, ws, lead["id"], "Lost").status_code == 200
     report = client.get("/api/v1/reports/conversion", headers=ws.headers()).json["data"]
     assert report["by_lost_reason"] == [{"lost_reason": None, "count": 1}]
@@ -166,7 +166,7 @@ def test_lost_leads_without_a_reason_are_counted_apart(client, ws):
 
 
 def test_the_export_shows_the_lost_reason_after_the_fixed_columns_and_imports_back_as_it_is(
-        client, lr_ws, make_workspace, database_url, tmp_path):
+        client, make_lead, lr_ws, make_workspace, database_url, tmp_path):
     import csv
     import io
     import os
@@ -175,7 +175,7 @@ def test_the_export_shows_the_lost_reason_after_the_fixed_columns_and_imports_ba
 
     from leadsvc.cli import cli
 
-    lost, still_open = create_lead(client, lr_ws), create_lead(client, lr_ws)
+    lost, still_open = make_lead(lr_ws), make_lead(lr_ws)
     assert move(client, lr_ws, lost["id"], "Lost", reason=lr_ws.ids.lost_reasons["Not reachable"]).status_code == 200
     export = client.get("/api/v1/leads/export.csv", headers=lr_ws.headers())
     assert export.status_code == 200

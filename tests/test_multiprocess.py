@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 
 import pytest
 
-from conftest import create_postgres_database, drop_postgres_database
-from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
+from conftest import PROCESS_SETUP_TOML, bearer, create_postgres_database, drop_postgres_database
+from served import ServedProcess, call, clean_env, leadsvc
 
 PER_TOKEN = 5   # requests per minute per token, across both processes
 
@@ -20,27 +19,23 @@ def two_processes(postgres_server, redis_url, tmp_path):
     """Processes A and B on a fresh PostgreSQL database and the shared Redis; yields (bases, env, cwd)."""
     url = create_postgres_database(postgres_server)
     # Limits are kept per token public id (random per run), so parallel runs never share a key.
-    env = clean_env(LEADSVC_DATABASE_URL=url, LEADSVC_RATE_LIMITS_STORAGE=redis_url,
+    settings = dict(LEADSVC_DATABASE_URL=url, LEADSVC_RATE_LIMITS_STORAGE=redis_url,
                     LEADSVC_RATE_LIMITS_PER_TOKEN=f"{PER_TOKEN}/minute", LEADSVC_SERVER_THREADS="4")
-    (tmp_path / "setup.toml").write_text(SETUP_TOML)
-    processes, logs = [], []
+    env = clean_env(**settings)
+    (tmp_path / "setup.toml").write_text(PROCESS_SETUP_TOML)
+    processes = []
     try:
         ids = json.loads(leadsvc(env, tmp_path, "setup", "setup.toml", "--json"))
         for name in ("a", "b"):
-            port = free_port()
-            logs.append((tmp_path / f"{name}.log").open("w"))
-            processes.append((subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(port)],
-                                               env=env, cwd=tmp_path, stdout=logs[-1], stderr=subprocess.STDOUT),
-                              f"http://127.0.0.1:{port}"))
-        for process, base in processes:
-            wait_until_serving(process, base)
-        yield [base for _, base in processes], ids, (env, tmp_path)
-        assert [stop(process) for process, _ in processes] == [0, 0], "both stop gracefully"
+            processes.append(ServedProcess(settings, tmp_path / f"{name}.log", cwd=tmp_path,
+                                           command=[sys.executable, "-m", "leadsvc.cli", "serve", "--port", "{port}"]))
+        for process in processes:
+            process.start()
+        yield [process.url for process in processes], ids, (env, tmp_path)
+        assert [process.stop() for process in processes] == [0, 0], "both stop gracefully"
     finally:
-        for process, _ in processes:
-            stop(process)
-        for log in logs:
-            log.close()
+        for process in processes:
+            process.stop()
         drop_postgres_database(url)
 
 
@@ -55,7 +50,7 @@ def test_two_processes_share_one_tokens_rate_limit_and_one_round_robin(two_proce
 
     # 3 requests to A and 3 to B with one token: together one over the limit of 5.
     token = new_token(ids, env_cwd)
-    statuses = [call("GET", f"{base}/api/v1/statuses", token)[0] for base in (a, b, a, b, a, b)]
+    statuses = [call(base, "GET", "/api/v1/statuses", headers=bearer(token)).status for base in (a, b, a, b, a, b)]
     assert sorted(statuses) == [200] * PER_TOKEN + [429]
     assert statuses[-1] == 429
 
@@ -65,7 +60,9 @@ def test_two_processes_share_one_tokens_rate_limit_and_one_round_robin(two_proce
         token = new_token(ids, env_cwd)
         for i in range(3):
             n = batch * 3 + i
-            status, body = call("POST", f"{(a, b)[n % 2]}/api/v1/leads", token, {"phone": f"+91987650{n:04d}"})
+            reply = call((a, b)[n % 2], "POST", "/api/v1/leads", headers=bearer(token),
+                         json_body={"phone": f"+91987650{n:04d}"})
+            status, body = reply.status, reply.json()
             assert status == 201, body
             owners.append(body["data"]["owner"]["id"])
     agents = [ids["members"][email] for email in ("n1@t.test", "n2@t.test", "s1@t.test")]

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WEBHOOK_TEST_ENV
-from processes import call, clean_env, leadsvc
-from served import ServedProcess
+from conftest import WEBHOOK_TEST_ENV, bearer
+from served import ServedProcess, call, clean_env, leadsvc
 
 ROOT = Path(__file__).resolve().parent.parent
 ST = Path(sys.executable).with_name("st")
@@ -41,15 +40,19 @@ def served_demo(tmp_path):
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
     webhook and one of its deliveries, and two notes."""
-    status, created = call("POST", f"{base}/api/v1/leads", token, {"first_name": "Live", "email": "live@contract.test"})
+    headers = bearer(token)
+    reply = call(base, "POST", "/api/v1/leads", headers=headers,
+                 json_body={"first_name": "Live", "email": "live@contract.test"})
+    status, created = reply.status, reply.json()
     assert status == 201, created
-    forms = call("GET", f"{base}/api/v1/forms", token)[1]["data"]
-    statuses = call("GET", f"{base}/api/v1/statuses", token)[1]["data"]
-    hook, spare = (call("POST", f"{base}/api/v1/webhooks", token, {"url": "http://127.0.0.1:9/live", "events": ["*"]})[1]
+    forms = call(base, "GET", "/api/v1/forms", headers=headers).json()["data"]
+    statuses = call(base, "GET", "/api/v1/statuses", headers=headers).json()["data"]
+    hook, spare = (call(base, "POST", "/api/v1/webhooks", headers=headers,
+                        json_body={"url": "http://127.0.0.1:9/live", "events": ["*"]}).json()
                    for _ in range(2))
-    delivery = call("POST", f"{base}/api/v1/webhooks/{hook['data']['id']}/test", token)[1]["data"]
-    note, spare_note = (call("POST", f"{base}/api/v1/leads/{created['data']['id']}/notes", token, {"body": "Live"})[1]
-                        for _ in range(2))
+    delivery = call(base, "POST", f"/api/v1/webhooks/{hook['data']['id']}/test", headers=headers).json()["data"]
+    note, spare_note = (call(base, "POST", f"/api/v1/leads/{created['data']['id']}/notes", headers=headers,
+                             json_body={"body": "Live"}).json() for _ in range(2))
     return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
             "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted"),
             "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],

@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import sqlite3
-import subprocess
 import sys
 import textwrap
 import threading
@@ -20,7 +19,7 @@ from click.testing import CliRunner
 from conftest import WEBHOOK_TEST_ENV
 from leadsvc.cli import cli
 from leadsvc.observability import configure_logging
-from processes import DEADLINE, call, clean_env, free_port, refuses_connections, stop, wait_until_serving
+from served import DEADLINE, ServedProcess, call, refuses_connections
 
 FORGED = "Bearer lsk_" + "A" * 40
 
@@ -245,14 +244,16 @@ SLOW_SERVER = textwrap.dedent("""\
 
 @pytest.mark.slow
 def test_sigterm_stops_accepting_finishes_requests_in_flight_and_exits_0(tmp_path):
-    port, marker = free_port(), tmp_path / "started"
-    process = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, f"sqlite:///{tmp_path}/x.sqlite3", str(port),
-                                str(marker)], env=clean_env(), cwd=tmp_path)
+    marker = tmp_path / "started"
+    server = ServedProcess({}, tmp_path / "slow.log", cwd=tmp_path,
+                           command=[sys.executable, "-c", SLOW_SERVER, f"sqlite:///{tmp_path}/x.sqlite3", "{port}",
+                                    str(marker)])
+    port, base = server.port, server.url
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until_serving(process, base)
+        server.start()
+        process = server.process
         answers = []
-        in_flight = threading.Thread(target=lambda: answers.append(call("GET", f"{base}/slow")))
+        in_flight = threading.Thread(target=lambda: answers.append(call(base, "GET", "/slow", timeout=DEADLINE)))
         in_flight.start()
         deadline = time.monotonic() + DEADLINE
         while not marker.exists() and time.monotonic() < deadline:
@@ -262,7 +263,8 @@ def test_sigterm_stops_accepting_finishes_requests_in_flight_and_exits_0(tmp_pat
             time.sleep(0.05)
         assert refuses_connections(port), "no new connections after SIGTERM"
         in_flight.join(DEADLINE)
-        assert answers == [(200, {"finished": True})], "the request in flight got its answer"
+        replies = [(answer.status, answer.json()) for answer in answers]
+        assert replies == [(200, {"finished": True})], "the request in flight got its answer"
         assert process.wait(DEADLINE) == 0
     finally:
-        stop(process)
+        server.stop()

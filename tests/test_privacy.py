@@ -9,8 +9,7 @@ import threading
 
 import pytest
 
-from conftest import ROLE_EMAILS, new_phone
-from test_reports import pipeline_data  # noqa: F401 (a fixture)
+from conftest import FORM_ORIGIN, ROLE_EMAILS, new_phone
 from leadsvc import search
 from leadsvc.auth import issue_token
 from leadsvc.db import database
@@ -24,20 +23,19 @@ def post(client, ws, path, body=None, email=ADMIN, **headers):
     return client.post(path, json=body, headers={**ws.headers(email), **headers})
 
 
-def new_lead(client, ws, **fields) -> dict:
-    body = {"first_name": "Asha", "last_name": "Rao", "phone": new_phone(),
+def personal_details(ws, **fields) -> dict:
+    """The fields of a lead with something personal in each: names, phone, e-mail, custom fields."""
+    return {"first_name": "Asha", "last_name": "Rao", "phone": new_phone(),
             "email": f"asha.{new_phone()[-8:]}@example.com", "source": ws.ids.sources["Website"],
             "custom_fields": {"notes_from_call": "lives near the lake", "product_interest": "villa",
                               "family_size": 4}, **fields}
-    response = post(client, ws, "/api/v1/leads", body)
-    assert response.status_code == 201, response.json
-    return response.json["data"]
 
 
-def with_history(client, ws) -> dict:
+def with_history(client, make_lead, ws) -> dict:
     """A lead with a note, a call, a stage move with a note, an update, a duplicate submission and
     an API consent: something personal in every kind of history."""
-    lead = new_lead(client, ws, consent={"purpose": "Site visit follow-up", "notice_version": "2026-11"})
+    lead = make_lead(ws, **personal_details(ws, consent={"purpose": "Site visit follow-up",
+                                                         "notice_version": "2026-11"}))
     path = f"/api/v1/leads/{lead['id']}"
     assert post(client, ws, f"{path}/notes", {"body": "Asha prefers calls after 6pm"}).status_code == 201
     assert post(client, ws, f"{path}/activities", {"kind": "call", "summary": "Spoke to Asha"}).status_code == 201
@@ -59,8 +57,8 @@ def lead_row(public_id: str) -> Lead:
 
 # --- erasure of one lead -----------------------------------------------------------------------
 
-def test_erasure_anonymises_the_lead_in_place(client, ws):
-    lead = with_history(client, ws)
+def test_erasure_anonymises_the_lead_in_place(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     response = erase(client, ws, lead["id"])
     assert response.status_code == 200, response.json
     erased = response.json["data"]
@@ -77,8 +75,8 @@ def test_erasure_anonymises_the_lead_in_place(client, ws):
     assert client.get(f"/api/v1/leads/{lead['id']}", headers=ws.headers()).json["data"] == erased
 
 
-def test_erasure_keeps_the_history_without_the_personal_values(client, ws):
-    lead = with_history(client, ws)
+def test_erasure_keeps_the_history_without_the_personal_values(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     assert erase(client, ws, lead["id"]).status_code == 200
     row = lead_row(lead["id"])
     assert (row.first_name, row.last_name, row.phone, row.email, row.phone_reversed) == ("", "", None, None, None)
@@ -112,8 +110,8 @@ def test_erasure_keeps_the_history_without_the_personal_values(client, ws):
     assert with_activities["data"]["notes"][0]["body"] is None
 
 
-def test_erasing_an_erased_lead_is_409_and_nothing_else_can_change_it(client, ws):
-    lead = new_lead(client, ws)
+def test_erasing_an_erased_lead_is_409_and_nothing_else_can_change_it(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     assert erase(client, ws, lead["id"]).status_code == 200
     path = f"/api/v1/leads/{lead['id']}"
     attempts = [
@@ -130,17 +128,17 @@ def test_erasing_an_erased_lead_is_409_and_nothing_else_can_change_it(client, ws
     assert [entry["action"] for entry in audit].count("erased") == 1
 
 
-def test_erasure_needs_a_reason(client, ws):
-    lead = new_lead(client, ws)
+def test_erasure_needs_a_reason(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     for body in ({}, {"reason": "   "}):
         response = post(client, ws, f"/api/v1/leads/{lead['id']}/erase", body)
         assert response.status_code == 422 and "reason" in response.json["errors"]
     assert lead_row(lead["id"]).erased_at is None
 
 
-def test_reports_are_the_same_before_and_after_erasure(client, ws, pipeline_data):
-    # pipeline_data: seven leads moved through the pipeline at set times (tests/test_reports.py).
-    with_history(client, ws)
+def test_reports_are_the_same_before_and_after_erasure(client, make_lead, ws, pipeline_data):
+    # pipeline_data: seven leads moved through the pipeline at set times (conftest.py).
+    with_history(client, make_lead, ws)
 
     def reports():
         out = {}
@@ -163,9 +161,9 @@ def test_reports_are_the_same_before_and_after_erasure(client, ws, pipeline_data
 
 
 @pytest.mark.parametrize("common", [1, 2000])
-def test_an_erased_lead_is_never_found_by_search(client, ws, monkeypatch, common):
+def test_an_erased_lead_is_never_found_by_search(client, make_lead, ws, monkeypatch, common):
     monkeypatch.setattr(search, "COMMON", common)   # 1: name words take the plan of a common word
-    lead = new_lead(client, ws, first_name="Zubeida", last_name="Qureshi")
+    lead = make_lead(ws, **personal_details(ws, first_name="Zubeida", last_name="Qureshi"))
     contact = lead["contact"]
     queries = ["Zubeida", "qures", "zub qur", contact["phone"][-6:], contact["email"]]
     for q in queries:
@@ -178,8 +176,8 @@ def test_an_erased_lead_is_never_found_by_search(client, ws, monkeypatch, common
     assert lead_row(lead["id"]).name_key is None
 
 
-def test_the_same_person_may_come_back_as_a_new_lead(client, ws):
-    lead = new_lead(client, ws)
+def test_the_same_person_may_come_back_as_a_new_lead(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     assert erase(client, ws, lead["id"]).status_code == 200
     again = post(client, ws, "/api/v1/leads", {"phone": lead["contact"]["phone"], "email": lead["contact"]["email"]})
     assert again.status_code == 201 and again.json["duplicate"] is False
@@ -213,8 +211,8 @@ def test_erasure_deletes_the_recorded_responses_that_held_the_lead(client, ws):
     ("status", {"status": "Contacted"}),
     ("notes", {"body": ""}),   # a 422 is recorded too, and belongs to the lead as much
 ])
-def test_erasure_deletes_every_recorded_response_of_a_request_that_named_the_lead(client, ws, route, body):
-    lead = new_lead(client, ws)
+def test_erasure_deletes_every_recorded_response_of_a_request_that_named_the_lead(client, make_lead, ws, route, body):
+    lead = make_lead(ws, **personal_details(ws))
     body = {**body, "status": ws.ids.statuses[body["status"]]} if "status" in body else body
     path, key = f"/api/v1/leads/{lead['id']}/{route}", f"lead-{new_phone()}"
     first = post(client, ws, path, body, **{"Idempotency-Key": key})
@@ -227,8 +225,8 @@ def test_erasure_deletes_every_recorded_response_of_a_request_that_named_the_lea
     assert retry.status_code == (422 if first.status_code == 422 else 409), retry.json
 
 
-def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_audit(client, ws):
-    lead = new_lead(client, ws)
+def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_audit(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     notes = f"/api/v1/leads/{lead['id']}/notes"
     edited, deleted = (post(client, ws, notes, {"body": body}).json["data"]["id"]
                        for body in ("Asha's sister is Meera", "Asha's PAN is ABCDE1234F"))
@@ -248,10 +246,10 @@ def test_erasure_clears_the_bodies_that_note_edits_and_deletions_kept_in_the_aud
     assert "Meera" not in json.dumps(audit) and "ABCDE" not in json.dumps(audit)
 
 
-def test_erasure_is_one_transaction(client, ws, monkeypatch):
+def test_erasure_is_one_transaction(client, make_lead, ws, monkeypatch):
     from leadsvc import privacy
 
-    lead = with_history(client, ws)
+    lead = with_history(client, make_lead, ws)
 
     def failing(*args):
         raise RuntimeError("the disk is full")
@@ -268,7 +266,7 @@ def test_erasure_is_one_transaction(client, ws, monkeypatch):
     assert LeadNamePart.select().where(LeadNamePart.lead == row.id).exists()
 
 
-def test_a_duplicate_submission_racing_an_erasure_leaves_nothing_of_the_person(app, client, ws, monkeypatch):
+def test_a_duplicate_submission_racing_an_erasure_leaves_nothing_of_the_person(app, client, make_lead, ws, monkeypatch):
     # An erasure that commits between a create's duplicate lookup and its duplicate_submission
     # activity must not leave the person's phone and name on the erased lead (the activity) nor in
     # its lead.duplicate_submitted event. PostgreSQL only: SQLite's single writer keeps them apart.
@@ -276,7 +274,7 @@ def test_a_duplicate_submission_racing_an_erasure_leaves_nothing_of_the_person(a
 
     hook = post(client, ws, "/api/v1/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["*"]})
     assert hook.status_code == 201, hook.json
-    lead = new_lead(client, ws)
+    lead = make_lead(ws, **personal_details(ws))
     phone = lead["contact"]["phone"]
     looked_up, go_on = threading.Event(), threading.Event()
     record_activity = pipeline.record_activity
@@ -310,11 +308,12 @@ def test_a_duplicate_submission_racing_an_erasure_leaves_nothing_of_the_person(a
 
 # --- erasure of a person ---------------------------------------------------------------------
 
-def test_erasing_a_person_erases_every_lead_with_the_phone_or_the_email(client, ws, other_ws):
-    by_phone = new_lead(client, ws)
-    by_email = new_lead(client, ws)
-    bystander = new_lead(client, ws)
-    elsewhere = new_lead(client, other_ws, phone=by_phone["contact"]["phone"], source=other_ws.ids.sources["Website"])
+def test_erasing_a_person_erases_every_lead_with_the_phone_or_the_email(client, make_lead, ws, other_ws):
+    by_phone = make_lead(ws, **personal_details(ws))
+    by_email = make_lead(ws, **personal_details(ws))
+    bystander = make_lead(ws, **personal_details(ws))
+    elsewhere = make_lead(other_ws, **personal_details(other_ws, phone=by_phone["contact"]["phone"],
+                                                       source=other_ws.ids.sources["Website"]))
     response = post(client, ws, "/api/v1/privacy/erasures",
                     {"phone": by_phone["contact"]["phone"].replace("+91", "0"),
                      "email": by_email["contact"]["email"].upper(), "reason": "DPDP erasure request"})
@@ -325,12 +324,12 @@ def test_erasing_a_person_erases_every_lead_with_the_phone_or_the_email(client, 
     assert lead_row(elsewhere["id"]).erased_at is None, "another workspace's lead is not touched"
 
 
-def test_erasing_a_person_while_one_of_their_leads_is_erased_erases_the_others(app, client, ws, monkeypatch):
+def test_erasing_a_person_while_one_of_their_leads_is_erased_erases_the_others(app, client, make_lead, ws, monkeypatch):
     # A lead of the person erased on its own meanwhile is no reason to refuse (409) and roll back
     # the person's erasure. PostgreSQL only: SQLite's single writer keeps them apart.
     from leadsvc import privacy
 
-    by_phone, by_email = new_lead(client, ws), new_lead(client, ws)
+    by_phone, by_email = make_lead(ws, **personal_details(ws)), make_lead(ws, **personal_details(ws))
     one_erased, go_on = threading.Event(), threading.Event()
     erase_one = privacy._erase
 
@@ -377,8 +376,8 @@ def test_erasing_a_person_needs_a_contact_and_a_reason(client, ws, body, field):
 
 # --- subject access --------------------------------------------------------------------------
 
-def test_subject_access_shows_everything_held_about_the_person(client, ws):
-    lead = with_history(client, ws)
+def test_subject_access_shows_everything_held_about_the_person(client, make_lead, ws):
+    lead = with_history(client, make_lead, ws)
     response = client.get("/api/v1/privacy/subject", query_string={"email": lead["contact"]["email"].upper()},
                           headers=ws.headers())
     assert response.status_code == 200, response.json
@@ -397,8 +396,8 @@ def test_subject_access_shows_everything_held_about_the_person(client, ws):
     assert [row["id"] for row in by_phone.json["data"]["leads"]] == [lead["id"]]
 
 
-def test_subject_access_after_erasure_finds_nothing(client, ws):
-    lead = new_lead(client, ws)
+def test_subject_access_after_erasure_finds_nothing(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     assert erase(client, ws, lead["id"]).status_code == 200
     response = client.get("/api/v1/privacy/subject", query_string={"phone": lead["contact"]["phone"]},
                           headers=ws.headers())
@@ -422,7 +421,7 @@ def test_only_admins_can_hold_privacy_manage(ws):
 
 
 def test_no_one_but_an_admin_with_privacy_manage_erases_or_reads_a_subject(client, ws, other_ws, make_lead):
-    lead = new_lead(client, ws)
+    lead = make_lead(ws, **personal_details(ws))
     moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members["n1@t.test"]},
                          headers=ws.headers())
     assert moved.status_code == 200   # in the North agent's and manager's own scope
@@ -456,8 +455,8 @@ def test_no_one_but_an_admin_with_privacy_manage_erases_or_reads_a_subject(clien
 
 # --- consent ---------------------------------------------------------------------------------
 
-def test_an_api_create_records_the_consent_it_sends(client, ws):
-    lead = new_lead(client, ws, consent={"purpose": "Marketing calls", "notice_version": "v3"})
+def test_an_api_create_records_the_consent_it_sends(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws, consent={"purpose": "Marketing calls", "notice_version": "v3"}))
     consent = lead["consent"]
     assert consent["id"].startswith("cons_") and consent["purpose"] == "Marketing calls"
     assert consent["notice_version"] == "v3" and consent["given_at"] and consent["withdrawn_at"] is None
@@ -475,13 +474,13 @@ def issue_source(ws) -> str:
     return Token.get(Token.secret_hash == hash_token(ws.token())).public_id
 
 
-def test_a_lead_without_consent_shows_none(client, ws):
-    lead = new_lead(client, ws)
+def test_a_lead_without_consent_shows_none(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     assert lead["consent"] is None and lead["do_not_contact"] is False
     assert not Consent.select().where(Consent.lead == lead_row(lead["id"]).id).exists()
 
 
-def test_a_create_without_consent_never_queries_the_consent_table(client, ws):
+def test_a_create_without_consent_never_queries_the_consent_table(client, make_lead, ws):
     statements = []
 
     def hook(event):
@@ -490,14 +489,14 @@ def test_a_create_without_consent_never_queries_the_consent_table(client, ws):
     db = database.obj
     db.query_hooks.append(hook)
     try:
-        new_lead(client, ws)
+        make_lead(ws, **personal_details(ws))
     finally:
         db.query_hooks.remove(hook)
     assert statements and not [sql for sql in statements if '"consent"' in sql]
 
 
-def test_a_duplicate_that_consents_records_it_on_the_lead_it_matched(client, ws):
-    lead = new_lead(client, ws)
+def test_a_duplicate_that_consents_records_it_on_the_lead_it_matched(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     response = post(client, ws, "/api/v1/leads", {"phone": lead["contact"]["phone"],
                                                   "consent": {"purpose": "Newsletter"}})
     assert response.status_code == 200 and response.json["duplicate"] is True
@@ -518,8 +517,8 @@ def test_a_consent_that_is_not_an_object_is_named_in_errors(client, ws, consent)
     assert response.status_code == 422 and list(response.json["errors"]) == ["consent"], response.json
 
 
-def test_withdrawal_marks_the_latest_consent_and_sets_do_not_contact(client, ws):
-    lead = new_lead(client, ws, consent={"purpose": "Calls", "notice_version": "v1"})
+def test_withdrawal_marks_the_latest_consent_and_sets_do_not_contact(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws, consent={"purpose": "Calls", "notice_version": "v1"}))
     path = f"/api/v1/leads/{lead['id']}"
     response = post(client, ws, f"{path}/consent/withdraw")
     assert response.status_code == 200, response.json
@@ -534,16 +533,16 @@ def test_withdrawal_marks_the_latest_consent_and_sets_do_not_contact(client, ws)
     assert actions.count("consent_withdrawn") == 1
 
 
-def test_withdrawal_without_a_consent_records_a_new_one(client, ws):
-    lead = new_lead(client, ws)
+def test_withdrawal_without_a_consent_records_a_new_one(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     response = post(client, ws, f"/api/v1/leads/{lead['id']}/consent/withdraw")
     assert response.status_code == 200
     consent = response.json["data"]["consent"]
     assert consent["given_at"] is None and consent["withdrawn_at"] and consent["purpose"] is None
 
 
-def test_withdrawal_needs_leads_update(client, ws):
-    lead = new_lead(client, ws)
+def test_withdrawal_needs_leads_update(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     response = post(client, ws, f"/api/v1/leads/{lead['id']}/consent/withdraw")
     assert response.status_code == 200
     reader = ws.headers(ADMIN, ("leads:read",))
@@ -552,8 +551,8 @@ def test_withdrawal_needs_leads_update(client, ws):
 
 @pytest.mark.parametrize("kind, status", [("call", 409), ("email", 409), ("whatsapp", 409), ("sms", 409),
                                           ("meeting", 201)])
-def test_contact_activities_on_a_do_not_contact_lead_are_409(client, ws, kind, status):
-    lead = new_lead(client, ws)
+def test_contact_activities_on_a_do_not_contact_lead_are_409(client, make_lead, ws, kind, status):
+    lead = make_lead(ws, **personal_details(ws))
     assert post(client, ws, f"/api/v1/leads/{lead['id']}/consent/withdraw").status_code == 200
     response = post(client, ws, f"/api/v1/leads/{lead['id']}/activities", {"kind": kind, "summary": "Tried"})
     assert response.status_code == status, response.json
@@ -561,8 +560,8 @@ def test_contact_activities_on_a_do_not_contact_lead_are_409(client, ws, kind, s
         assert response.json["code"] == "conflict" and "do-not-contact" in response.json["detail"]
 
 
-def test_do_not_contact_can_be_patched(client, ws):
-    lead = new_lead(client, ws)
+def test_do_not_contact_can_be_patched(client, make_lead, ws):
+    lead = make_lead(ws, **personal_details(ws))
     path = f"/api/v1/leads/{lead['id']}"
     on = client.patch(path, json={"do_not_contact": True}, headers=ws.headers())
     assert on.status_code == 200 and on.json["data"]["do_not_contact"] is True
@@ -576,9 +575,9 @@ def test_do_not_contact_can_be_patched(client, ws):
 
 
 @pytest.mark.parametrize("value", [1, 0, "true", "false", "yes"])
-def test_do_not_contact_takes_json_true_or_false_only(client, ws, value):
+def test_do_not_contact_takes_json_true_or_false_only(client, make_lead, ws, value):
     # 0 == False, so truthy={True}, falsy={False} alone would take 1 and 0.
-    lead = new_lead(client, ws)
+    lead = make_lead(ws, **personal_details(ws))
     response = client.patch(f"/api/v1/leads/{lead['id']}", json={"do_not_contact": value}, headers=ws.headers())
     assert response.status_code == 422 and "do_not_contact" in response.json["errors"]
     assert lead_row(lead["id"]).do_not_contact is False
@@ -587,17 +586,16 @@ def test_do_not_contact_takes_json_true_or_false_only(client, ws, value):
 # --- forms: notice, checkbox, consent records --------------------------------------------------
 
 NOTICE = "We use your phone and e-mail to call you about homes. Write to dpo@acme.test to withdraw."
-ALLOWED = "https://acme.test"
 
 
 @pytest.fixture
 def consent_ws(make_workspace):
     def change(data):
         data["forms"] = [
-            {"name": "Site visit", "source": "Website", "allowed_origins": [ALLOWED], "notice": NOTICE,
+            {"name": "Site visit", "source": "Website", "allowed_origins": [FORM_ORIGIN], "notice": NOTICE,
              "notice_version": "2026-11", "consent_required": True},
-            {"name": "Newsletter", "allowed_origins": [ALLOWED], "notice": NOTICE, "notice_version": "2026-10"},
-            {"name": "Plain", "allowed_origins": [ALLOWED]},
+            {"name": "Newsletter", "allowed_origins": [FORM_ORIGIN], "notice": NOTICE, "notice_version": "2026-10"},
+            {"name": "Plain", "allowed_origins": [FORM_ORIGIN]},
         ]
     return make_workspace(change)
 
@@ -605,8 +603,8 @@ def consent_ws(make_workspace):
 def submit(client, ws, form, body, *, encoded=False):
     path = f"/api/v1/forms/{ws.ids.forms[form]}/submissions"
     if encoded:
-        return client.post(path, data=body, headers={"Origin": ALLOWED})
-    return client.post(path, json=body, headers={"Origin": ALLOWED})
+        return client.post(path, data=body, headers={"Origin": FORM_ORIGIN})
+    return client.post(path, json=body, headers={"Origin": FORM_ORIGIN})
 
 
 def form_lead(phone: str) -> Lead:
@@ -671,7 +669,7 @@ def test_forms_list_their_notice(client, consent_ws):
 
 # --- setup: personal custom fields and form notices --------------------------------------------
 
-def test_text_custom_fields_are_personal_unless_set_false(client, make_workspace):
+def test_text_custom_fields_are_personal_unless_set_false(client, make_lead, make_workspace):
     def change(data):
         data["custom_fields"] += [{"name": "pan_number", "type": "text"},
                                   {"name": "campaign", "type": "text", "personal": False},
@@ -681,8 +679,8 @@ def test_text_custom_fields_are_personal_unless_set_false(client, make_workspace
     assert fields == {"product_interest": False, "budget_confirmed": False, "family_size": False,
                       "site_visit_on": False, "notes_from_call": True, "pan_number": True, "campaign": False,
                       "birth_date": True}
-    lead = new_lead(client, ws, custom_fields={"pan_number": "ABCDE1234F", "campaign": "Diwali",
-                                               "birth_date": "1990-04-01", "product_interest": "2bhk"})
+    lead = make_lead(ws, **personal_details(ws, custom_fields={"pan_number": "ABCDE1234F", "campaign": "Diwali",
+                                               "birth_date": "1990-04-01", "product_interest": "2bhk"}))
     erased = erase(client, ws, lead["id"]).json["data"]
     assert erased["custom_fields"] == {"campaign": "Diwali", "product_interest": "2bhk"}
 
@@ -705,8 +703,8 @@ def test_setup_checks_form_notices(form, problem):
 
 # --- the command line ------------------------------------------------------------------------
 
-def test_cli_erase_and_subject_answer_a_request_in_two_commands(client, ws, run_cli):
-    lead = new_lead(client, ws)
+def test_cli_erase_and_subject_answer_a_request_in_two_commands(client, make_lead, ws, run_cli):
+    lead = make_lead(ws, **personal_details(ws))
     phone = lead["contact"]["phone"]
     access = run_cli("subject", "--workspace", ws.public_id, "--phone", phone[3:])
     assert access.exit_code == 0, access.output

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from processes import SETUP_TOML, call, clean_env, free_port, stop, wait_until_serving
+from conftest import PROCESS_SETUP_TOML, bearer
+from served import ServedProcess, call, clean_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # The interpreter the venv was made from; -I ignores PYTHON* variables and the user's site,
@@ -48,29 +49,25 @@ def test_pyz_sets_up_issues_a_token_and_serves_leads_from_outside_the_checkout(p
     app_file = work / "leadsvc.pyz"
     app_file.write_bytes(pyz.read_bytes())
     assert not work.resolve().is_relative_to(ROOT)
-    (work / "acme.toml").write_text(SETUP_TOML)
+    (work / "acme.toml").write_text(PROCESS_SETUP_TOML)
 
     ids = run_pyz(app_file, work, "setup", "acme.toml", "--json")   # migrations load from inside the zip
     token = run_pyz(app_file, work, "tokens", "create", "--member", ids["members"]["admin@t.test"],
                     "--abilities", "*", "--json")["token"]
     assert (work / "var" / "leadsvc.sqlite3").is_file(), "the default database, relative to the working directory"
 
-    port = free_port()
-    log = (work / "serve.log").open("w")
-    server = subprocess.Popen([*CLEAN_PYTHON, str(app_file), "serve", "--port", str(port)], cwd=work,
-                              env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until_serving(server, base)
-        status, created = call("POST", f"{base}/api/v1/leads", token,
-                               {"first_name": "Asha", "phone": "98765 43210", "source": ids["sources"]["Website"]})
+    server = ServedProcess({}, work / "serve.log", command=[*CLEAN_PYTHON, str(app_file), "serve", "--port", "{port}"],
+                           cwd=work)
+    with server:
+        base = server.url
+        reply = call(base, "POST", "/api/v1/leads", headers=bearer(token),
+                     json_body={"first_name": "Asha", "phone": "98765 43210", "source": ids["sources"]["Website"]})
+        status, created = reply.status, reply.json()
         assert status == 201 and created["data"]["contact"]["phone"] == "+919876543210"
-        status, listed = call("GET", f"{base}/api/v1/leads", token)
+        reply = call(base, "GET", "/api/v1/leads", headers=bearer(token))
+        status, listed = reply.status, reply.json()
         assert status == 200 and [lead["id"] for lead in listed["data"]] == [created["data"]["id"]]
         # Templates and docs assets come out of the zip too.
-        assert call("GET", f"{base}/docs/api/problems/conflict")[0] == 200
-        assert call("GET", f"{base}/docs/assets/swagger_ui/vendor/swagger-ui-bundle.js")[0] == 200
-        assert stop(server) == 0
-    finally:
-        stop(server)
-        log.close()
+        assert call(base, "GET", "/docs/api/problems/conflict").status == 200
+        assert call(base, "GET", "/docs/assets/swagger_ui/vendor/swagger-ui-bundle.js").status == 200
+        assert server.stop() == 0

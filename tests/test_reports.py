@@ -1,56 +1,12 @@
 """Reports against a hand-computed pipeline: seven leads moved through known stages at known times.
 
-Times are frozen through pipeline.utcnow, so every created_at, transition time and time in stage
-is exact. Lead Ln starts on 2026-03-(2n-1) at 00:00 UTC and moves after the hours given:
-
-    lead  owner  source    path (hours in the previous status)                     now
-    L1    n1     Website   New -2- Contacted -4- Qualified -6- Proposal -8- Won     won
-    L2    n1     Website   New -4- Contacted -8- Lost                               lost
-    L3    n2     Referral  New -6- Contacted -2- Qualified -10- Proposal -12- Won   won
-    L4    n2     Referral  New -8- Lost -3- New -2- Contacted                       open
-    L5    s1     Website   New -10- Contacted -6- Qualified -4- Lost                lost
-    L6    s1     Referral  New                                                      open
-    L7    n1     Referral  New -1- Contacted                                        open
-
-n1 and n2 are in team North, s1 in South.
+The leads come from conftest's `pipeline_data`, which describes them.
 """
-
-from datetime import datetime, timedelta
 
 import pytest
 
-from leadsvc import pipeline
-
-START = datetime(2026, 3, 1)
 H = 3600
-PATHS = {
-    "L1": ("n1@t.test", "Website", [(2, "Contacted"), (4, "Qualified"), (6, "Proposal"), (8, "Won")]),
-    "L2": ("n1@t.test", "Website", [(4, "Contacted"), (8, "Lost")]),
-    "L3": ("n2@t.test", "Referral", [(6, "Contacted"), (2, "Qualified"), (10, "Proposal"), (12, "Won")]),
-    "L4": ("n2@t.test", "Referral", [(8, "Lost"), (3, "New"), (2, "Contacted")]),
-    "L5": ("s1@t.test", "Website", [(10, "Contacted"), (6, "Qualified"), (4, "Lost")]),
-    "L6": ("s1@t.test", "Referral", []),
-    "L7": ("n1@t.test", "Referral", [(1, "Contacted")]),
-}
 PIPELINE = ["New", "Contacted", "Qualified", "Proposal", "Won", "Lost"]
-
-
-@pytest.fixture
-def pipeline_data(client, ws, make_lead, monkeypatch):
-    """The seven leads of the module docstring, in `ws`; returns their public ids by name."""
-    clock = {"now": START}
-    monkeypatch.setattr(pipeline, "utcnow", lambda: clock["now"])
-    ids = {}
-    for n, (name, (owner, source, path)) in enumerate(PATHS.items()):
-        clock["now"] = START + timedelta(days=2 * n)
-        ids[name] = make_lead(ws, owner=owner, source=ws.ids.sources[source])
-        for hours, status in path:
-            clock["now"] += timedelta(hours=hours)
-            response = client.post(f"/api/v1/leads/{ids[name]}/status", json={"status": ws.ids.statuses[status]},
-                                   headers=ws.headers())
-            assert response.status_code == 200, response.json
-    monkeypatch.undo()
-    return ids
 
 
 def report(client, tenant, name, email="admin@t.test", **params):

@@ -2,20 +2,8 @@
 
 from collections import Counter
 
-from conftest import create_lead
+from conftest import owner_email, with_rules
 from leadsvc.models import Activity, Lead, Member, Rule
-
-
-def with_rules(*rules, **changes):
-    def change(data):
-        data["rules"] = list(rules)
-        for key, value in changes.items():
-            data[key] = value(data[key]) if callable(value) else value
-    return change
-
-
-def owner_email(ws, lead) -> str:
-    return next(email for email, mid in ws.ids.members.items() if mid == lead["owner"]["id"])
 
 
 def assigned_reason(lead) -> dict:
@@ -23,51 +11,51 @@ def assigned_reason(lead) -> dict:
     return Activity.get((Activity.lead == row.id) & (Activity.kind == "assigned")).data
 
 
-def test_round_robin_over_two_agents_across_20_creates_gives_each_10(client, make_workspace):
+def test_round_robin_over_two_agents_across_20_creates_gives_each_10(client, make_lead, make_workspace):
     ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}))
-    owners = Counter(owner_email(ws, create_lead(client, ws)) for _ in range(20))
+    owners = Counter(owner_email(ws, make_lead(ws)) for _ in range(20))
     assert owners == {"n1@t.test": 10, "n2@t.test": 10}
 
 
-def test_rules_apply_in_position_order_and_the_first_match_wins(client, make_workspace):
+def test_rules_apply_in_position_order_and_the_first_match_wins(client, make_lead, make_workspace):
     ws = make_workspace(with_rules(
         {"name": "Referrals to Sid", "when": {"source": ["Referral"]}, "assign": {"member": "s1@t.test"}},
         {"name": "Everything to Nora", "assign": {"member": "n2@t.test"}},
     ))
-    referral = create_lead(client, ws, source=ws.ids.sources["Referral"])
-    website = create_lead(client, ws, source=ws.ids.sources["Website"])
+    referral = make_lead(ws, source=ws.ids.sources["Referral"])
+    website = make_lead(ws, source=ws.ids.sources["Website"])
     assert owner_email(ws, referral) == "s1@t.test" and owner_email(ws, website) == "n2@t.test"
     assert assigned_reason(referral)["rule"] == ws.ids.rules["Referrals to Sid"]
 
 
-def test_custom_field_and_value_conditions(client, make_workspace):
+def test_custom_field_and_value_conditions(client, make_lead, make_workspace):
     ws = make_workspace(with_rules(
         {"name": "Villas", "when": {"custom_fields": {"product_interest": ["villa"]}}, "assign": {"member": "n1@t.test"}},
         {"name": "Big", "when": {"estimated_value_gte": 1000000}, "assign": {"member": "n2@t.test"}},
         {"name": "Small", "when": {"estimated_value_lt": 1000}, "assign": {"member": "s1@t.test"}},
         {"name": "Rest", "assign": {"member": "smgr@t.test"}},
     ))
-    assert owner_email(ws, create_lead(client, ws, custom_fields={"product_interest": "villa"})) == "n1@t.test"
-    assert owner_email(ws, create_lead(client, ws, estimated_value=1000000)) == "n2@t.test"
-    assert owner_email(ws, create_lead(client, ws, estimated_value=999)) == "s1@t.test"
-    assert owner_email(ws, create_lead(client, ws, estimated_value=5000)) == "smgr@t.test"
-    assert owner_email(ws, create_lead(client, ws)) == "smgr@t.test", "no value: value conditions do not hold"
+    assert owner_email(ws, make_lead(ws, custom_fields={"product_interest": "villa"})) == "n1@t.test"
+    assert owner_email(ws, make_lead(ws, estimated_value=1000000)) == "n2@t.test"
+    assert owner_email(ws, make_lead(ws, estimated_value=999)) == "s1@t.test"
+    assert owner_email(ws, make_lead(ws, estimated_value=5000)) == "smgr@t.test"
+    assert owner_email(ws, make_lead(ws)) == "smgr@t.test", "no value: value conditions do not hold"
 
 
-def test_least_open_gives_the_lead_to_the_agent_with_fewest_open_leads(client, make_workspace):
+def test_least_open_gives_the_lead_to_the_agent_with_fewest_open_leads(client, make_lead, make_workspace):
     ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "least_open"}}))
-    first = create_lead(client, ws)
-    second = create_lead(client, ws)
+    first = make_lead(ws)
+    second = make_lead(ws)
     assert {owner_email(ws, first), owner_email(ws, second)} == {"n1@t.test", "n2@t.test"}
     # Close the first lead: its owner now has fewer open leads and gets the next one.
     lost = ws.ids.statuses["Lost"]
     assert client.post(f"/api/v1/leads/{first['id']}/status", json={"status": lost},
                        headers=ws.headers()).status_code == 200
-    assert owner_email(ws, create_lead(client, ws)) == owner_email(ws, first)
+    assert owner_email(ws, make_lead(ws)) == owner_email(ws, first)
     assert assigned_reason(second)["strategy"] == "least_open"
 
 
-def test_inactive_members_never_receive_leads(client, make_workspace):
+def test_inactive_members_never_receive_leads(client, make_lead, make_workspace):
     def deactivate_n1(members):
         return [{**m, "active": False} if m["email"] == "n1@t.test" else m for m in members]
     ws = make_workspace(with_rules(
@@ -75,46 +63,46 @@ def test_inactive_members_never_receive_leads(client, make_workspace):
         {"name": "North", "assign": {"team": "North", "strategy": "round_robin"}},
         members=deactivate_n1,
     ))
-    owners = {owner_email(ws, create_lead(client, ws)) for _ in range(4)}
+    owners = {owner_email(ws, make_lead(ws)) for _ in range(4)}
     assert owners == {"n2@t.test"}
 
 
-def test_fallback_is_round_robin_over_all_active_agents(client, ws):
-    owners = Counter(owner_email(ws, create_lead(client, ws)) for _ in range(6))
+def test_fallback_is_round_robin_over_all_active_agents(client, make_lead, ws):
+    owners = Counter(owner_email(ws, make_lead(ws)) for _ in range(6))
     assert owners == {"n1@t.test": 2, "n2@t.test": 2, "s1@t.test": 2}
-    assert assigned_reason(create_lead(client, ws)) == {"rule": None, "strategy": "round_robin",
+    assert assigned_reason(make_lead(ws)) == {"rule": None, "strategy": "round_robin",
                                                         "member": ws.ids.members["n1@t.test"]}
 
 
-def test_a_team_without_active_agents_falls_through_to_the_next_rule(client, make_workspace):
+def test_a_team_without_active_agents_falls_through_to_the_next_rule(client, make_lead, make_workspace):
     ws = make_workspace(with_rules(
         {"name": "South", "assign": {"team": "South", "strategy": "round_robin"}},
         {"name": "Nora", "assign": {"member": "n2@t.test"}},
     ))
     Member.update(active=False).where(Member.public_id == ws.ids.members["s1@t.test"]).execute()
-    assert owner_email(ws, create_lead(client, ws)) == "n2@t.test"
+    assert owner_email(ws, make_lead(ws)) == "n2@t.test"
 
 
-def test_the_lead_joins_its_owners_team(client, make_workspace):
+def test_the_lead_joins_its_owners_team(client, make_lead, make_workspace):
     ws = make_workspace(with_rules({"name": "Sid", "assign": {"member": "s1@t.test"}}))
-    lead = create_lead(client, ws)
+    lead = make_lead(ws)
     assert lead["team"] == {"id": ws.ids.teams["South"], "name": "South"}
 
 
-def test_rotation_state_is_kept_in_the_database(client, make_workspace, make_app):
+def test_rotation_state_is_kept_in_the_database(client, make_lead, make_workspace, make_app):
     ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}))
-    first = owner_email(ws, create_lead(client, ws))
+    first = owner_email(ws, make_lead(ws))
     rule = Rule.get(Rule.public_id == ws.ids.rules["North"])
     assert rule.rotation_last_member_id == ws.member(first).id
     # Another app (another process would be the same) continues the rotation.
     other_client = make_app().test_client()
-    second = owner_email(ws, create_lead(other_client, ws))
+    second = owner_email(ws, make_lead(ws, via=other_client))
     assert {first, second} == {"n1@t.test", "n2@t.test"}
 
 
-def test_every_assignment_records_rule_strategy_and_member(client, make_workspace):
+def test_every_assignment_records_rule_strategy_and_member(client, make_lead, make_workspace):
     ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}))
-    lead = create_lead(client, ws)
+    lead = make_lead(ws)
     reason = assigned_reason(lead)
     assert reason == {"rule": ws.ids.rules["North"], "rule_name": "North", "strategy": "round_robin",
                       "member": lead["owner"]["id"]}

@@ -4,7 +4,6 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import create_lead
 from leadsvc.config import DEFAULTS
 from leadsvc.documents import LeadSchema
 from leadsvc.scoring import ENGAGEMENT_CAP, band, band_ranges, score_lead
@@ -55,15 +54,15 @@ def test_bands_follow_the_configured_thresholds():
     assert DEFAULTS["scoring"] == {"hot": 70, "warm": 40}
 
 
-def test_other_thresholds_change_bands_in_responses_and_filters(make_app, ws):
+def test_other_thresholds_change_bands_in_responses_and_filters(make_app, ws, make_lead):
     client = make_app(scoring={"hot": 30, "warm": 20}).test_client()
-    lead = create_lead(client, ws)   # Website 10 + phone 10 + name 5 = 25
+    lead = make_lead(ws, via=client)   # Website 10 + phone 10 + name 5 = 25
     assert lead["score"] == 25 and lead["score_band"] == "warm"
     listed = client.get("/api/v1/leads?filter[score_band]=warm", headers=ws.headers()).json["data"]
     assert [item["id"] for item in listed] == [lead["id"]]
 
 
-def test_the_documented_lead_schema_matches_what_the_api_returns(client, ws):
-    lead = create_lead(client, ws, email="s@example.com", custom_fields={"family_size": 2})
+def test_the_documented_lead_schema_matches_what_the_api_returns(client, make_lead, ws):
+    lead = make_lead(ws, email="s@example.com", custom_fields={"family_size": 2})
     assert LeadSchema().validate(lead) == {}
     assert set(LeadSchema().fields) - {"activities", "notes"} == set(lead)

@@ -12,7 +12,7 @@ import peewee as pw
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import create_lead
+from conftest import fresh_database, run_import
 from leadsvc.models import Lead, LeadNamePart
 from leadsvc import search
 from leadsvc.search import PART_START, name_key, name_parts, parse, parts_of
@@ -27,17 +27,17 @@ def found(client, ws, q, email="admin@t.test", **params) -> set[str]:
 
 
 @pytest.fixture
-def asha(client, ws):
-    return create_lead(client, ws, first_name="Asha", last_name="Rao", phone="+919876543210",
-                       email="Asha.Rao@Example.com")["id"]
+def asha(client, make_lead, ws):
+    return make_lead(ws, first_name="Asha", last_name="Rao", phone="+919876543210",
+                     email="Asha.Rao@Example.com")["id"]
 
 
 # --- what q means ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("q", ["43210", "98765 43210", "+91 98765 43210", "919876543210", "(987) 654-3210",
                                "9876.543.210", " 3210 "])
-def test_digits_find_phones_ending_in_them(client, ws, asha, q):
-    create_lead(client, ws, first_name="Other", phone="+919876543211")
+def test_digits_find_phones_ending_in_them(client, make_lead, ws, asha, q):
+    make_lead(ws, first_name="Other", phone="+919876543211")
     assert found(client, ws, q) == {asha}
 
 
@@ -47,8 +47,8 @@ def test_fewer_than_four_digits_are_not_a_phone_search(client, ws, asha, q):
 
 
 @pytest.mark.parametrize("q", ["asha.rao@example.com", "ASHA.RAO@EXAMPLE.COM", "asha.rao@", "asha.rao@exa"])
-def test_text_with_an_at_sign_finds_emails_equal_to_it_or_starting_with_it(client, ws, asha, q):
-    create_lead(client, ws, first_name="Other", email="ashar@example.com")
+def test_text_with_an_at_sign_finds_emails_equal_to_it_or_starting_with_it(client, make_lead, ws, asha, q):
+    make_lead(ws, first_name="Other", email="ashar@example.com")
     assert found(client, ws, q) == {asha}
 
 
@@ -57,8 +57,8 @@ def test_an_email_in_the_middle_is_not_found(client, ws, asha):
 
 
 @pytest.mark.parametrize("q", ["asha", "ASHA", "as", "rao", "asha r", "r asha", "  asha   rao  "])
-def test_name_words_start_the_first_or_last_name(client, ws, asha, q):
-    create_lead(client, ws, first_name="Ravi", last_name="Kumar")
+def test_name_words_start_the_first_or_last_name(client, make_lead, ws, asha, q):
+    make_lead(ws, first_name="Ravi", last_name="Kumar")
     assert found(client, ws, q) == {asha}
 
 
@@ -69,9 +69,9 @@ def test_every_word_must_match(client, ws, asha):
 
 @pytest.mark.parametrize("q", ["jose", "JOSÉ", "maria", "garcia", "garcía", "maría-josé", "o b", "brien",
                                "o'brien", "O’Brien", "van", "der", "van der", "der o"])
-def test_name_parts_case_and_accents(client, ws, q):
-    lead = create_lead(client, ws, first_name="María-José", last_name="van der O’Brien García")["id"]
-    create_lead(client, ws, first_name="Obi", last_name="Kenobi")
+def test_name_parts_case_and_accents(client, make_lead, ws, q):
+    lead = make_lead(ws, first_name="María-José", last_name="van der O’Brien García")["id"]
+    make_lead(ws, first_name="Obi", last_name="Kenobi")
     assert found(client, ws, q) == {lead}
 
 
@@ -125,12 +125,13 @@ def test_a_hundred_characters_are_allowed(client, ws):
 
 def test_search_stays_inside_the_callers_scope(client, ws, other_ws, make_lead):
     mine = make_lead(ws, owner="n1@t.test", first_name="Zaid", last_name="Khan", email="zaid@k.test",
-                     phone="+919811111234")
+                     phone="+919811111234")["id"]
     theirs = make_lead(ws, owner="n2@t.test", first_name="Zaid", last_name="Khan", email="zaid2@k.test",
-                       phone="+919822221234")
+                       phone="+919822221234")["id"]
     south = make_lead(ws, owner="s1@t.test", first_name="Zaid", last_name="Khan", email="zaid3@k.test",
-                      phone="+919833331234")
-    elsewhere = make_lead(other_ws, first_name="Zaid", last_name="Khan", email="zaid@k.test", phone="+919811111234")
+                      phone="+919833331234")["id"]
+    elsewhere = make_lead(other_ws, first_name="Zaid", last_name="Khan", email="zaid@k.test",
+                          phone="+919811111234")["id"]
     for q in ("zaid khan", "1234", "zaid"):
         assert found(client, ws, q) == {mine, theirs, south}
         assert found(client, ws, q, email="nmgr@t.test") == {mine, theirs}
@@ -140,9 +141,9 @@ def test_search_stays_inside_the_callers_scope(client, ws, other_ws, make_lead):
     assert found(client, ws, "zaid@k.test", email="n2@t.test") == set()
 
 
-def test_search_combines_with_filters_sorts_and_cursors(client, ws):
-    ids = [create_lead(client, ws, first_name="Kiran", last_name=f"Shah{i}")["id"] for i in range(7)]
-    create_lead(client, ws, first_name="Other")
+def test_search_combines_with_filters_sorts_and_cursors(client, make_lead, ws):
+    ids = [make_lead(ws, first_name="Kiran", last_name=f"Shah{i}")["id"] for i in range(7)]
+    make_lead(ws, first_name="Other")
     for sort in ("-created_at", "score", "-last_activity_at"):
         url, seen = f"{LIST}?q=kiran&sort={sort}&page[size]=3", []
         while url:
@@ -157,17 +158,17 @@ def test_search_combines_with_filters_sorts_and_cursors(client, ws):
     assert found(client, ws, "kiran", **{"filter[status]": ws.ids.statuses["New"]}) == set(ids)
 
 
-def test_a_cursor_is_bound_to_its_q(client, ws):
+def test_a_cursor_is_bound_to_its_q(client, make_lead, ws):
     for i in range(3):
-        create_lead(client, ws, first_name="Kiran", last_name=f"Shah{i}")
+        make_lead(ws, first_name="Kiran", last_name=f"Shah{i}")
     first = client.get(f"{LIST}?q=kiran&page[size]=1", headers=ws.headers())
     after = parse_qs(urlsplit(first.json["links"]["next"]).query)["page[after]"][0]
     other = client.get(LIST, query_string={"q": "shah", "page[size]": 1, "page[after]": after}, headers=ws.headers())
     assert other.status_code == 422 and "page[after]" in other.json["errors"]
 
 
-def test_export_takes_q(client, ws, asha):
-    create_lead(client, ws, first_name="Ravi")
+def test_export_takes_q(client, make_lead, ws, asha):
+    make_lead(ws, first_name="Ravi")
     response = client.get("/api/v1/leads/export.csv?q=asha", headers=ws.headers())
     rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
     assert [row["id"] for row in rows] == [asha]
@@ -196,7 +197,6 @@ def test_a_patch_of_other_fields_keeps_the_name_parts(client, ws, asha):
 
 
 def test_a_csv_import_is_found(client, ws, database_url, tmp_path):
-    from test_csv_import_export import run_import
     path = tmp_path / "leads.csv"
     path.write_text("first_name,last_name,phone,email,source\nPriya,Nair,+919845678123,priya@n.test,Website\n")
     assert run_import(database_url, path, ws.public_id).exit_code == 0
@@ -239,9 +239,9 @@ def test_any_q_is_200_or_422_never_500(client, ws, q):
 def test_common_and_rare_words_find_the_same_leads_in_every_scope(client, ws, make_lead, monkeypatch, common):
     # `common` 1: every word takes the plan for a common one (the sort index, checking name keys).
     monkeypatch.setattr(search, "COMMON", common)
-    mine = [make_lead(ws, owner="n1@t.test", first_name="Kiran", last_name=f"Shah{i}") for i in range(4)]
-    south = make_lead(ws, owner="s1@t.test", first_name="Kiran", last_name="Rao")
-    make_lead(ws, first_name="Other", last_name="Shah")
+    mine = [make_lead(ws, owner="n1@t.test", first_name="Kiran", last_name=f"Shah{i}")["id"] for i in range(4)]
+    south = make_lead(ws, owner="s1@t.test", first_name="Kiran", last_name="Rao")["id"]
+    make_lead(ws, first_name="Other", last_name="Shah")["id"]
     assert found(client, ws, "kiran") == {*mine, south}
     assert found(client, ws, "kir sha") == set(mine)
     assert found(client, ws, "kiran rao") == {south}
@@ -257,7 +257,6 @@ def test_common_and_rare_words_find_the_same_leads_in_every_scope(client, ws, ma
 def migrated_up_to(target: str, backend, tmp_path, request):
     """A fresh database migrated up to `target`, with a workspace and its status, and the runner
     that takes it further."""
-    from test_contract import fresh_database
     from leadsvc.db import MigrationRunner
     from leadsvc.models import Status, Workspace, new_public_id
     db = fresh_database(backend, tmp_path, request)

@@ -16,46 +16,48 @@ from contextlib import ExitStack
 
 import pytest
 
-from conftest import bulk_leads
+from conftest import PROCESS_SETUP_TOML, bearer, bulk_leads
 from leadsvc.models import Lead, Workspace
-from processes import SETUP_TOML, call, clean_env, free_port, leadsvc, stop, wait_until_serving
-from served import ServedProcess, wait_until
-from served import call as served_call
+from served import ServedProcess, call, clean_env, leadsvc, wait_until
 
 
 @pytest.mark.slow
 def test_leadsvc_serve_on_sqlite_answers_concurrent_creates_and_reads(tmp_path):
-    env = clean_env(LEADSVC_DATABASE_URL=f"sqlite:///{tmp_path}/served.sqlite3", LEADSVC_SERVER_THREADS="2")
-    (tmp_path / "setup.toml").write_text(SETUP_TOML)
+    settings = dict(LEADSVC_DATABASE_URL=f"sqlite:///{tmp_path}/served.sqlite3", LEADSVC_SERVER_THREADS="2")
+    env = clean_env(**settings)
+    (tmp_path / "setup.toml").write_text(PROCESS_SETUP_TOML)
 
     ids = json.loads(leadsvc(env, tmp_path, "setup", "setup.toml", "--json"))
     token = json.loads(leadsvc(env, tmp_path, "tokens", "create", "--member", ids["members"]["admin@t.test"],
                                "--abilities", "*", "--json"))["token"]
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with (tmp_path / "serve.log").open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(port)],
-                                   env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    process = ServedProcess(settings, tmp_path / "serve.log", cwd=tmp_path,
+                            command=[sys.executable, "-m", "leadsvc.cli", "serve", "--port", "{port}"])
+    base = process.url
     try:
-        wait_until_serving(process, base)
+        process.start()
 
         def create(i: int):
-            return call("POST", f"{base}/api/v1/leads", token, {"first_name": f"Lead {i}", "phone": f"+9190000{i:05d}"})
+            reply = call(base, "POST", "/api/v1/leads", headers=bearer(token),
+                         json_body={"first_name": f"Lead {i}", "phone": f"+9190000{i:05d}"})
+            return reply.status, reply.json()
 
         with ThreadPoolExecutor(12) as pool:
             creates = [pool.submit(create, i) for i in range(40)]
-            reads = [pool.submit(call, "GET", f"{base}/api/v1/leads?page[size]=5", token) for _ in range(20)]
+            reads = [pool.submit(call, base, "GET", "/api/v1/leads?page[size]=5", headers=bearer(token))
+                     for _ in range(20)]
             created = [future.result() for future in creates]
             listed = [future.result() for future in reads]
         assert [status for status, _ in created] == [201] * 40
-        assert [status for status, _ in listed] == [200] * 20
+        assert [reply.status for reply in listed] == [200] * 20
         assert len({body["data"]["id"] for _, body in created}) == 40
-        again = call("POST", f"{base}/api/v1/leads", token, {"first_name": "Again", "phone": "+919000000007"})
-        assert again[0] == 200 and again[1]["duplicate"] is True
-        status, page = call("GET", f"{base}/api/v1/leads?page[size]=100", token)
+        again = call(base, "POST", "/api/v1/leads", headers=bearer(token),
+                     json_body={"first_name": "Again", "phone": "+919000000007"})
+        assert again.status == 200 and again.json()["duplicate"] is True
+        reply = call(base, "GET", "/api/v1/leads?page[size]=100", headers=bearer(token))
+        status, page = reply.status, reply.json()
         assert status == 200 and len(page["data"]) == 40
     finally:
-        assert stop(process) == 0, (tmp_path / "serve.log").read_text()
+        assert process.stop() == 0, (tmp_path / "serve.log").read_text()
 
 
 # Requests waitress's parser refuses: a NUL and a DEL byte in a header value (neither is a visible
@@ -88,7 +90,7 @@ def test_a_request_waitress_cannot_parse_gets_its_400_and_serving_goes_on(databa
         for name, raw in MALFORMED.items():
             # HTTP/1.0 or 1.1: waitress answers in the version it had read when it gave up.
             assert re.fullmatch(rb"HTTP/1\.[01] 400 Bad Request", status_line(server.port, raw)), name
-        assert served_call(server.url, "GET", "/healthz").status == 200
+        assert call(server.url, "GET", "/healthz").status == 200
 
 
 # waitress makes a worker thread wait while more than outbuf_high_watermark (16 MiB) of its
@@ -143,18 +145,18 @@ def test_clients_that_never_read_an_export_leave_health_and_lists_answering_with
         # The timeout is the assertion: a request that waits for a thread raises TimeoutError.
         nonlocal slowest
         started = time.monotonic()
-        assert served_call(server.url, "GET", "/healthz", timeout=1).status == 200
-        listed = served_call(server.url, "GET", "/api/v1/leads?page[size]=5", headers=agent, timeout=1)
+        assert call(server.url, "GET", "/healthz", timeout=1).status == 200
+        listed = call(server.url, "GET", "/api/v1/leads?page[size]=5", headers=agent, timeout=1)
         assert listed.status == 200 and len(listed.json()["data"]) == 5
         slowest = max(slowest, time.monotonic() - started)
 
     def an_export_writer_is_free() -> bool:
         # An unknown filter exports the header alone, through the same writers.
-        return served_call(server.url, "GET", "/api/v1/leads/export.csv?filter[colour]=red", headers=admin,
+        return call(server.url, "GET", "/api/v1/leads/export.csv?filter[colour]=red", headers=admin,
                            timeout=5).status == 200
 
     with ServedProcess(environment, tmp_path / "serve.log") as server, ExitStack() as readers:
-        exported = served_call(server.url, "GET", "/api/v1/leads/export.csv", headers=admin, timeout=60)
+        exported = call(server.url, "GET", "/api/v1/leads/export.csv", headers=admin, timeout=60)
         assert exported.status == 200 and len(exported.body) > 20 * 2**20, len(exported.body)
         before = vm_rss(server.process.pid)
 
@@ -193,4 +195,4 @@ def test_thousands_of_idle_connections_leave_healthz_answering(tmp_path):
                         "LEADSVC_SERVER_CHANNEL_TIMEOUT": "600"}, tmp_path / "serve.log") as server, ExitStack() as stack:
         for _ in range(1500):
             stack.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
-        assert served_call(server.url, "GET", "/healthz", timeout=30).status == 200
+        assert call(server.url, "GET", "/healthz", timeout=30).status == 200

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from leadsvc.models import Activity, AuditEntry, Lead, Note, utcnow
-from tests.conftest import ROLE_EMAILS
+from conftest import ROLE_EMAILS
 
 NORTH_AGENT, SOUTH_AGENT = "n1@t.test", "s1@t.test"
 
@@ -30,7 +30,7 @@ INVALID_NOTES = [
 ]
 
 def test_note_is_trimmed_and_attributed_to_the_token(client, ws, make_lead):
-    lead = make_lead(ws, owner=NORTH_AGENT)
+    lead = make_lead(ws, owner=NORTH_AGENT)["id"]
     response = client.post(url(lead, "notes"), json={"body": "  Wants a site visit on Sunday.  "},
                            headers=ws.headers(NORTH_AGENT))
     assert response.status_code == 201
@@ -42,7 +42,7 @@ def test_note_is_trimmed_and_attributed_to_the_token(client, ws, make_lead):
 
 
 def test_note_shows_in_the_lead_timeline_and_audit(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     note = client.post(url(lead, "notes"), json={"body": "Called back"}, headers=ws.headers()).json["data"]
     read = client.get(f"/api/v1/leads/{lead}?include=notes,activities", headers=ws.headers()).json["data"]
     assert read["notes"][0]["id"] == note["id"]
@@ -54,7 +54,7 @@ def test_note_shows_in_the_lead_timeline_and_audit(client, ws, make_lead):
 
 @pytest.mark.parametrize("body, field", INVALID_NOTES)
 def test_invalid_note_is_422_and_writes_nothing(client, ws, make_lead, body, field):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     before = Note.select().count()
     response = client.post(url(lead, "notes"), json=body, headers=ws.headers())
     assert response.status_code == 422
@@ -63,7 +63,7 @@ def test_invalid_note_is_422_and_writes_nothing(client, ws, make_lead, body, fie
 
 
 def test_note_of_5000_characters_is_accepted(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     response = client.post(url(lead, "notes"), json={"body": "x" * 5000}, headers=ws.headers())
     assert response.status_code == 201 and len(response.json["data"]["body"]) == 5000
 
@@ -75,9 +75,9 @@ def add_note(client, ws, lead, body, email="admin@t.test"):
 
 
 def test_notes_are_listed_newest_first_across_pages(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     written = [add_note(client, ws, lead, f"note {i}")["id"] for i in range(3)]
-    elsewhere = add_note(client, ws, make_lead(ws), "another lead's note")["id"]
+    elsewhere = add_note(client, ws, make_lead(ws)["id"], "another lead's note")["id"]
     ids, path = [], url(lead, "notes") + "?page%5Bsize%5D=2"
     while path:
         page = client.get(path, headers=ws.headers())
@@ -90,7 +90,7 @@ def test_notes_are_listed_newest_first_across_pages(client, ws, make_lead):
 
 
 def test_the_author_edits_a_note_and_the_audit_keeps_the_old_body(client, ws, make_lead):
-    lead = make_lead(ws, owner=NORTH_AGENT)
+    lead = make_lead(ws, owner=NORTH_AGENT)["id"]
     note = add_note(client, ws, lead, "Wants a 2BHK", NORTH_AGENT)
     response = client.patch(f"/api/v1/notes/{note['id']}", json={"body": "  Wants a 3BHK  "},
                             headers=ws.headers(NORTH_AGENT))
@@ -106,7 +106,7 @@ def test_the_author_edits_a_note_and_the_audit_keeps_the_old_body(client, ws, ma
 
 
 def test_an_unchanged_note_body_writes_no_audit_entry(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     note = add_note(client, ws, lead, "Same words")
     before = AuditEntry.select().count()
     response = client.patch(f"/api/v1/notes/{note['id']}", json={"body": "Same words"}, headers=ws.headers())
@@ -115,7 +115,7 @@ def test_an_unchanged_note_body_writes_no_audit_entry(client, ws, make_lead):
 
 
 def test_deleting_a_note_removes_it_and_its_timeline_entry_and_audits_the_old_body(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     note = add_note(client, ws, lead, "Called the wrong number")
     response = client.delete(f"/api/v1/notes/{note['id']}", headers=ws.headers())
     assert response.status_code == 204 and response.get_data() == b""
@@ -133,7 +133,7 @@ def test_deleting_a_note_removes_it_and_its_timeline_entry_and_audits_the_old_bo
 @pytest.mark.parametrize("method", ["patch", "delete"])
 @pytest.mark.parametrize("caller, status", [("admin@t.test", None), ("nmgr@t.test", 403), ("n2@t.test", 403)])
 def test_a_note_by_someone_else_is_403_unless_the_caller_is_an_admin(client, ws, make_lead, method, caller, status):
-    lead = make_lead(ws, owner=NORTH_AGENT)
+    lead = make_lead(ws, owner=NORTH_AGENT)["id"]
     note = add_note(client, ws, lead, "Mine", NORTH_AGENT)
     if caller == "n2@t.test":   # another agent, given the lead so that it is in scope
         client.patch(f"/api/v1/leads/{lead}", json={"owner": ws.ids.members[caller]}, headers=ws.headers())
@@ -148,7 +148,7 @@ def test_a_note_by_someone_else_is_403_unless_the_caller_is_an_admin(client, ws,
 
 @pytest.mark.parametrize("body, field", INVALID_NOTES)
 def test_an_edited_note_is_held_to_the_rules_of_a_new_one(client, ws, make_lead, body, field):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     note = add_note(client, ws, lead, "Original")
     response = client.patch(f"/api/v1/notes/{note['id']}", json=body, headers=ws.headers())
     assert response.status_code == 422 and field in response.json["errors"]
@@ -163,7 +163,7 @@ def test_an_unknown_note_is_404(client, ws, method, note_id):
 
 
 def test_a_note_of_an_erased_lead_cannot_change(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     note = add_note(client, ws, lead, "Prefers calls")
     assert client.post(f"/api/v1/leads/{lead}/erase", json={"reason": "Asked"}, headers=ws.headers()).status_code == 200
     for method in ("patch", "delete"):
@@ -174,7 +174,7 @@ def test_a_note_of_an_erased_lead_cannot_change(client, ws, make_lead):
 # --- activities ------------------------------------------------------------------------------
 
 def test_logged_call_moves_last_activity_and_score(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     before = client.get(f"/api/v1/leads/{lead}", headers=ws.headers()).json["data"]
     response = client.post(url(lead, "activities"),
                            json={"kind": "call", "summary": "Discussed the 3BHK", "occurred_at": "2026-01-05T10:00:00+05:30"},
@@ -188,7 +188,7 @@ def test_logged_call_moves_last_activity_and_score(client, ws, make_lead):
 
 
 def test_an_older_activity_does_not_move_last_activity_back(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     client.post(url(lead, "activities"), json={"kind": "meeting", "summary": "Site visit",
                                                "occurred_at": "2026-02-01T10:00:00Z"}, headers=ws.headers())
     response = client.post(url(lead, "activities"), json={"kind": "sms", "summary": "Sent brochure",
@@ -197,7 +197,7 @@ def test_an_older_activity_does_not_move_last_activity_back(client, ws, make_lea
 
 
 def test_activity_without_occurred_at_happened_now(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     start = utcnow()
     response = client.post(url(lead, "activities"), json={"kind": "whatsapp", "summary": "Hi"}, headers=ws.headers())
     at = datetime.strptime(response.json["data"]["occurred_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
@@ -205,7 +205,7 @@ def test_activity_without_occurred_at_happened_now(client, ws, make_lead):
 
 
 def test_logging_an_activity_is_audited_with_old_and_new_values(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     activity = client.post(url(lead, "activities"), json={"kind": "email", "summary": "Sent prices",
                                                           "occurred_at": "2026-01-02T00:00:00Z"},
                            headers=ws.headers()).json["data"]
@@ -227,7 +227,7 @@ def test_logging_an_activity_is_audited_with_old_and_new_values(client, ws, make
       "occurred_at": (utcnow() + timedelta(hours=1)).isoformat() + "Z"}, "occurred_at"),
 ])
 def test_invalid_activity_is_422_and_changes_nothing(client, ws, make_lead, body, field):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     before = (Activity.select().count(), Lead.get(Lead.public_id == lead).version)
     response = client.post(url(lead, "activities"), json=body, headers=ws.headers())
     assert response.status_code == 422
@@ -236,7 +236,7 @@ def test_invalid_activity_is_422_and_changes_nothing(client, ws, make_lead, body
 
 
 def test_activity_a_minute_ahead_is_within_clock_skew(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     soon = (utcnow() + timedelta(minutes=1)).isoformat() + "Z"
     response = client.post(url(lead, "activities"), json={"kind": "call", "summary": "x", "occurred_at": soon},
                            headers=ws.headers())
@@ -246,7 +246,7 @@ def test_activity_a_minute_ahead_is_within_clock_skew(client, ws, make_lead):
 # --- transitions and audit -------------------------------------------------------------------
 
 def test_transitions_are_listed_oldest_first_across_pages(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     for status in ("Contacted", "Qualified", "Proposal"):
         move(client, ws, lead, status)
     seen, path = [], url(lead, "transitions") + "?page%5Bsize%5D=2"
@@ -259,7 +259,7 @@ def test_transitions_are_listed_oldest_first_across_pages(client, ws, make_lead)
 
 
 def test_transition_rows_hold_actor_and_time_in_previous_status(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     move(client, ws, lead, "Contacted")
     first, second = client.get(url(lead, "transitions"), headers=ws.headers()).json["data"]
     assert first["from"] is None and first["seconds_in_from"] is None
@@ -268,7 +268,7 @@ def test_transition_rows_hold_actor_and_time_in_previous_status(client, ws, make
 
 
 def test_audit_lists_creation_first(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     client.post(url(lead, "notes"), json={"body": "Interested"}, headers=ws.headers())
     move(client, ws, lead, "Contacted")
     actions = [e["action"] for e in client.get(url(lead, "audit"), headers=ws.headers()).json["data"]]
@@ -276,7 +276,7 @@ def test_audit_lists_creation_first(client, ws, make_lead):
 
 
 def test_audit_pages_walk_every_entry_once(client, ws, make_lead):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     for i in range(4):
         client.post(url(lead, "notes"), json={"body": f"note {i}"}, headers=ws.headers())
     ids, path = [], url(lead, "audit") + "?page%5Bsize%5D=1"
@@ -297,7 +297,7 @@ def test_audit_pages_walk_every_entry_once(client, ws, make_lead):
     ("sort=-at", "sort"),
 ])
 def test_bad_history_query_is_422(client, ws, make_lead, tail, query, field):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     response = client.get(url(lead, tail) + "?" + query, headers=ws.headers())
     assert response.status_code == 422
     assert field in response.json["errors"]
@@ -305,7 +305,7 @@ def test_bad_history_query_is_422(client, ws, make_lead, tail, query, field):
 
 @pytest.mark.parametrize("tail", ["transitions", "audit", "notes"])
 def test_a_cursor_from_another_lead_is_422(client, ws, make_lead, tail):
-    first, second = make_lead(ws), make_lead(ws)
+    first, second = make_lead(ws)["id"], make_lead(ws)["id"]
     for lead in (first, second):
         move(client, ws, lead, "Contacted")
         add_note(client, ws, lead, "one")
@@ -342,8 +342,8 @@ def expected_status(endpoint, role, in_scope):
 @pytest.mark.parametrize("endpoint", list(ENDPOINTS))
 @pytest.mark.parametrize("role", list(ROLE_EMAILS))
 def test_each_role_reaches_only_leads_in_its_scope(client, ws, make_lead, endpoint, role):
-    mine = make_lead(ws, owner=NORTH_AGENT)            # the North agent's, in the North team
-    theirs = make_lead(ws, owner=SOUTH_AGENT)          # outside the North manager's and agent's scope
+    mine = make_lead(ws, owner=NORTH_AGENT)["id"]            # the North agent's, in the North team
+    theirs = make_lead(ws, owner=SOUTH_AGENT)["id"]          # outside the North manager's and agent's scope
     headers = ws.headers(ROLE_EMAILS[role])
     assert call(client, endpoint, mine, headers).status_code == expected_status(endpoint, role, True)
     response = call(client, endpoint, theirs, headers)
@@ -354,7 +354,7 @@ def test_each_role_reaches_only_leads_in_its_scope(client, ws, make_lead, endpoi
 
 @pytest.mark.parametrize("endpoint", list(ENDPOINTS))
 def test_a_token_without_the_ability_is_403(client, ws, make_lead, endpoint):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     others = tuple(a for a in ("leads:read", "notes:write", "activities:write", "audit:read")
                    if a != ENDPOINTS[endpoint][3])
     response = call(client, endpoint, lead, ws.headers("admin@t.test", others))
@@ -363,7 +363,7 @@ def test_a_token_without_the_ability_is_403(client, ws, make_lead, endpoint):
 
 @pytest.mark.parametrize("endpoint", list(ENDPOINTS))
 def test_another_workspace_sees_no_lead_of_this_one(client, ws, other_ws, make_lead, endpoint):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     before = (Note.select().count(), Activity.select().count())
     response = call(client, endpoint, lead, other_ws.headers())
     assert response.status_code == 404 and response.json["code"] == "not_found"
@@ -372,12 +372,12 @@ def test_another_workspace_sees_no_lead_of_this_one(client, ws, other_ws, make_l
 
 @pytest.mark.parametrize("endpoint", list(ENDPOINTS))
 def test_no_token_is_401(client, ws, make_lead, endpoint):
-    lead = make_lead(ws)
+    lead = make_lead(ws)["id"]
     assert call(client, endpoint, lead, {}).status_code == 401
 
 
 def test_history_never_shows_internal_ids(client, ws, make_lead):
-    lead = make_lead(ws, owner=NORTH_AGENT)
+    lead = make_lead(ws, owner=NORTH_AGENT)["id"]
     move(client, ws, lead, "Contacted")
     client.post(url(lead, "activities"), json={"kind": "call", "summary": "x"}, headers=ws.headers())
 

@@ -15,8 +15,7 @@ import pytest
 from conftest import WEBHOOK_TEST_ENV, lead_body
 from leadsvc.models import Delivery, Webhook
 from receiver import Receiver
-from processes import refuses_connections
-from served import ServedProcess, call, free_port, wait_until
+from served import ServedProcess, call, clean_env, free_port, refuses_connections, wait_until
 
 EVENTS = 200
 
@@ -53,7 +52,7 @@ def test_a_committed_event_is_delivered_by_the_restarted_service_after_sigkill(c
 
 
 def start_worker(database_url: str, log: Path, *options: str) -> subprocess.Popen:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LEADSVC_")}, **environment(database_url)}
+    env = clean_env(**environment(database_url))
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "--config", os.devnull, "worker", *options],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
