@@ -133,8 +133,7 @@ def worker(ctx: click.Context, metrics_port: int | None, metrics_host: str) -> N
              redact(app.config["LEADSVC"]["database"]["url"]))
     try:
         if metrics_server is not None:   # serves until SIGTERM or SIGINT, as `leadsvc serve` does
-            log.info("metrics at http://%s:%s/metrics", metrics_server.effective_host,
-                     metrics_server.effective_port)
+            log.info("metrics at http://%s/metrics", metrics_server.address)
             run(app, metrics_server)
         else:
             stopping = threading.Event()

@@ -1,7 +1,7 @@
 """`leadsvc serve`: waitress, with a graceful stop on SIGTERM and SIGINT.
 
-Left to itself waitress stops at once on SIGTERM (no handler). Here a signal ends waitress's event
-loop, the listening socket is closed (new connections are refused, so a load balancer moves on),
+Left to itself waitress stops at once on SIGTERM (no handler). Here a signal ends the event loop
+(which this module turns, over the server's socket map), the listening socket is closed (new connections are refused, so a load balancer moves on),
 and the worker threads finish the requests they are serving, for at most
 `server.shutdown_timeout`; then the server and the database pool are closed. A worker thread
 writes its response to the socket itself, so those answers go out with the event loop stopped;
@@ -15,6 +15,7 @@ import logging
 import resource
 import signal
 import sys
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flask import Flask
@@ -60,21 +61,34 @@ class CannotListen(Exception):
     """The address is taken, or not one of this machine's."""
 
 
-def listen(app: Flask, host: str, port: int, wsgi: Any = None, **options: Any) -> Any:
+@dataclass
+class Listening:
+    """A waitress server that listens, and the socket map its event loop watches (create_server's
+    `map`): `run` turns that loop itself, so that a signal only has to set a flag."""
+
+    server: Any
+    sockets: dict
+
+    @property
+    def address(self) -> str:
+        """host:port as bound (the port the system chose when asked for 0)."""
+        return f"{self.server.effective_host}:{self.server.effective_port}"
+
+
+def listen(app: Flask, host: str, port: int, wsgi: Any = None, **options: Any) -> Listening:
     """A waitress server for the app (or wsgi, a part of it) with the [server] settings, changed
     by options; listening but not yet serving."""
+    sockets: dict = {}
     try:
-        return create_server(wsgi or app, host=host, port=port,
-                             **{**waitress_options(app, app.config["LEADSVC"]["server"]), **options})
+        server = create_server(wsgi or app, map=sockets, host=host, port=port,
+                               **{**waitress_options(app, app.config["LEADSVC"]["server"]), **options})
     except OSError as exc:
         raise CannotListen(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+    return Listening(server, sockets)
 
 
-class Stop(wasyncore.ExitNow):
-    """SIGTERM or SIGINT, raised in the event loop. ExitNow is asyncore's exception for leaving the
-    loop: waitress's socket handlers let it through, and server.run() does not catch it (it
-    catches SystemExit and KeyboardInterrupt for a stop of its own, which keeps listening while
-    it waits for the worker threads, and not for shutdown_timeout)."""
+# How long the event loop waits on its sockets before it looks again whether a signal asked it to stop.
+LOOP_TICK = 1.0
 
 
 def raise_open_file_limit(connections: int) -> None:
@@ -93,18 +107,21 @@ def raise_open_file_limit(connections: int) -> None:
 def serve(app: Flask, host: str, port: int) -> None:
     """Serve until SIGTERM or SIGINT, then finish the requests being served and close the pool."""
     raise_open_file_limit(app.config["LEADSVC"]["server"]["connection_limit"])
-    server = listen(app, host, port)
-    log.info("serving on http://%s:%s", server.effective_host, server.effective_port)
+    listening = listen(app, host, port)
+    log.info("serving on http://%s", listening.address)
     try:
-        run(app, server)
+        run(app, listening)
     finally:
         db.close()
 
 
-def run(app: Flask, server: Any) -> None:
+def run(app: Flask, listening: Listening) -> None:
     """Run a listening server (from listen) in this thread, the main one, until SIGTERM or SIGINT;
-    then finish the requests being served. Only the event loop's own thread stops it: a socket
-    closed by another thread while the loop polls it is an error in the loop."""
+    then finish the requests being served. The signal handler only sets a flag, which the loop
+    reads between two turns: an exception raised from a handler could land inside waitress's own
+    `except Exception` (closing a connection, say) and be swallowed, and the server would never
+    stop. Only the loop's own thread stops it: a socket closed by another thread while the loop
+    polls it is an error in the loop."""
     timeout = app.config["LEADSVC"]["server"]["shutdown_timeout"]
     stopping: list[str] = []
 
@@ -112,14 +129,13 @@ def run(app: Flask, server: Any) -> None:
         if stopping:   # a second signal while finishing: stop at once
             raise SystemExit(1)
         stopping.append(signal.Signals(signum).name)
-        raise Stop()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run()
-    except Stop:
+        while not stopping:
+            wasyncore.loop(timeout=LOOP_TICK, use_poll=True, map=listening.sockets, count=1)
         log.info("%s: no new connections; finishing the requests in flight", stopping[0])
-        finish(server, timeout)
+        finish(listening.server, timeout)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
