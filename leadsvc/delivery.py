@@ -157,6 +157,9 @@ class Deliverer:
                 self.holding.subtract(item.holds)
                 self.holding += collections.Counter()   # drops what no attempt holds any more
             self.slot_freed.set()
+            # A claim that the caps held back (one workspace's backlog) may take its next due
+            # delivery now, not a poll interval later.
+            events.work_waiting.set()
 
     def _claim_safely(self, limit: int) -> list[Claimed]:
         try:
