@@ -24,7 +24,14 @@ $(SECRET_KEY_FILE):
 	@mkdir -p $(dir $@)
 	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(32))' > $@.new && mv $@.new $@
 
+# The browser test drives Debian's Chromium through chromedriver; the reverse-proxy test runs the
+# README's nginx configuration. `make test` installs what is missing (as bench does wrk).
+TEST_PACKAGES := $(if $(wildcard /usr/bin/chromium),,chromium) $(if $(wildcard /usr/bin/chromedriver),,chromium-driver) \
+	$(if $(shell command -v nginx || command -v /usr/sbin/nginx),,nginx-light)
+
 test: $(STAMP)
+	@$(if $(strip $(TEST_PACKAGES)),{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(strip $(TEST_PACKAGES)) >/dev/null; } \
+		|| { echo "the suite needs Debian's $(strip $(TEST_PACKAGES)): apt-get install $(strip $(TEST_PACKAGES))"; exit 1; })
 	$(BIN)/python -m pytest
 
 # dist/leadsvc.pyz: one file that runs with any Python 3.11+ (see README, Deployment).

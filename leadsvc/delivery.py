@@ -6,7 +6,8 @@ and counts the attempt (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite: the write 
 number of processes on one database never send the same attempt twice. The HTTP request runs
 outside any transaction, on a small pool of sender threads with keep-alive connections, of which
 one workspace and one destination hold at most a few at once (webhooks.per_workspace, per_host),
-each for at most webhooks.timeout; each outcome is recorded in its own transaction, fenced by the
+each for at most webhooks.timeout, unless their receivers answer quickly and slots are spare
+(lending, below); each outcome is recorded in its own transaction, fenced by the
 attempt number. A process that dies mid-attempt leaves the claim to lapse, and the delivery is
 sent again (at least once).
 
@@ -42,6 +43,10 @@ SENDERS = 8            # attempts a delivering process makes at once, each on it
 # Due deliveries a claim reads per free sender to choose from: enough that workspaces and hosts at
 # their cap, skipped, leave others to choose.
 CANDIDATES_PER_SENDER = 8
+# A destination whose last answer came within this many seconds may borrow spare sender slots past
+# the caps: a lent slot is back soon, so a lone workspace's backlog to a quick receiver uses the
+# whole pool while another workspace still finds a slot at once or within this time.
+QUICK_ANSWER = 1.0
 # How often a delivering process looks for deliveries that other processes wrote (its own commits
 # wake it at once).
 POLL_SECONDS = 0.25
@@ -98,6 +103,7 @@ class Deliverer:
         # left out of the next claim's read.
         self.holding: collections.Counter = collections.Counter()
         self.destinations: dict[int, tuple] = {}
+        self.quick: set[tuple] = set()   # destinations whose last answer came within QUICK_ANSWER
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
@@ -185,26 +191,29 @@ class Deliverer:
 
     def claim(self, limit: int) -> list[Claimed]:
         """Up to `limit` due deliveries, each leased to this process for one attempt: oldest first,
-        but none of a workspace or destination that holds its share of the sender slots."""
+        but none of a workspace or destination that holds its share of the sender slots; then
+        slots to spare, past the caps, to destinations that answer quickly."""
         now = self.clock()
         lease_until = now + self.lease
         with self.lock:
             holding = collections.Counter(self.holding)
+            quick = set(self.quick)
         per_workspace, per_host = self.settings["per_workspace"], self.settings["per_host"]
         full_workspaces = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
         full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
-        due = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url).join(Webhook)
-               .where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
-                      & Webhook.id.not_in(full_hooks))
-               .order_by(Delivery.next_attempt_at).limit(limit * CANDIDATES_PER_SENDER))
-        if is_postgres():
-            due = due.for_update(of=Delivery, skip_locked=True)
+        due = self.due(now, limit * CANDIDATES_PER_SENDER,
+                       Webhook.workspace.not_in(full_workspaces) & Webhook.id.not_in(full_hooks))
         with transaction():
             candidates = list(due.tuples())
-            if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
-                self.destinations.clear()
-            self.destinations.update((hook, destination(url)) for _, hook, _, url in candidates)
+            self.learn(candidates)
             chosen = share_out(candidates, self.destinations, holding, limit, per_workspace, per_host)
+            spare = limit - len(chosen) - per_workspace   # one workspace's share stays free for whoever comes next
+            if spare > 0 and quick:
+                others = list(self.due(now, spare * CANDIDATES_PER_SENDER, Delivery.id.not_in(list(chosen))).tuples())
+                self.learn(others)
+                lent = [(delivery_id, (("workspace", workspace), self.destinations[hook]))
+                        for delivery_id, hook, workspace, _ in others if self.destinations[hook] in quick]
+                chosen.update(lent[:spare])
             leased = list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
                           .where(Delivery.id.in_(list(chosen)) & (Delivery.next_attempt_at <= now))
                           .returning(Delivery.id, Delivery.attempts).tuples().execute()) if chosen else []
@@ -214,6 +223,21 @@ class Deliverer:
         rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
                 .where(Delivery.id.in_(list(attempts))))
         return [Claimed(row, attempts[row.id], lease_until, chosen[row.id]) for row in rows]
+
+    def due(self, now: datetime, rows: int, which: Any):
+        """The oldest `rows` due deliveries that `which` admits (PostgreSQL: skipping those another
+        process is claiming)."""
+        query = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url).join(Webhook)
+                 .where((Delivery.next_attempt_at <= now) & which).order_by(Delivery.next_attempt_at).limit(rows))
+        return query.for_update(of=Delivery, skip_locked=True) if is_postgres() else query
+
+    def learn(self, candidates: list[tuple]) -> None:
+        """The destinations of the webhooks these due deliveries go to."""
+        if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
+            self.destinations.clear()
+            with self.lock:
+                self.quick.clear()
+        self.destinations.update((hook, destination(url)) for _, hook, _, url in candidates)
 
     def attempt(self, item: Claimed) -> None:
         """Send one attempt and record what came of it."""
@@ -227,7 +251,19 @@ class Deliverer:
             headers = {**events.signed_headers(event.public_id, event.body, signing, now),
                        "Content-Type": "application/json", "User-Agent": self.user_agent}
             answer = self.sender.post(hook.url, event.body.encode(), headers)
+        self.note_answer_time(item.holds, answer)
         self.record(item, answer)
+
+    def note_answer_time(self, holds: tuple, answer: Answer) -> None:
+        """Whether the attempt's destination may borrow spare slots: it answered within QUICK_ANSWER."""
+        if not holds:
+            return
+        where = holds[1]
+        with self.lock:
+            if answer.status is not None and answer.duration_ms <= QUICK_ANSWER * 1000:
+                self.quick.add(where)
+            else:
+                self.quick.discard(where)
 
     def record(self, item: Claimed, answer: Answer) -> str | None:
         """The attempt's outcome, in its own transaction; None if the delivery moved on meanwhile

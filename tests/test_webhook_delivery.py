@@ -370,6 +370,77 @@ def test_slow_receivers_of_other_workspaces_keep_a_workspaces_lag_within_its_bou
     assert max(lags) < timeout, f"lags {[round(lag, 2) for lag in lags]} s, bound {timeout} s"
 
 
+class CountingReceiver(RawReceiver):
+    """Answers 200 after `delay` seconds, counting the requests it holds at once."""
+
+    def __init__(self, delay: float):
+        self.held = self.most_held = self.answered = 0
+        self.counting = threading.Lock()
+        super().__init__(self.answer_later)
+        self.delay = delay
+
+    def answer_later(self, sock) -> None:
+        import time
+
+        with self.counting:
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+        time.sleep(self.delay)
+        with self.counting:
+            self.held -= 1
+            self.answered += 1
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def caps_of_two(app) -> dict:
+    return {**app.config["LEADSVC"], "webhooks": {**app.config["LEADSVC"]["webhooks"], "timeout": 3,
+                                                  "per_workspace": 2, "per_host": 2}}
+
+
+@pytest.mark.slow
+def test_a_lone_workspaces_backlog_to_a_quick_receiver_borrows_spare_slots_past_its_caps(app, client, ws):
+    # Caps bound what a workspace holds when others need the slots; with nobody else due, a
+    # receiver that answers quickly gets every slot but one workspace's share.
+    Delivery.update(next_attempt_at=None).execute()
+    with CountingReceiver(delay=0.1) as receiver:
+        register_webhook(client, ws, receiver.url, ["lead.created"])
+        for _ in range(40):
+            client.post("/api/v1/leads", json=lead_body(ws), headers=ws.headers())
+        running = Deliverer(caps_of_two(app), version="test").start()
+        try:
+            wait_until(lambda: receiver.answered >= 40, 30, "the backlog delivered")
+        finally:
+            running.stop()
+    assert 2 < receiver.most_held <= running.senders - 2
+
+
+@pytest.mark.slow
+def test_slots_lent_to_a_busy_workspace_leave_another_workspace_a_slot_at_once(app, client, make_workspace):
+    # While a busy workspace borrows, one workspace's share of the slots stays free: another
+    # workspace's delivery is claimed at once, not after a lent attempt ends.
+    import time
+
+    busy, other = make_workspace(), make_workspace()
+    Delivery.update(next_attempt_at=None).execute()
+    with CountingReceiver(delay=0.5) as slowish, Receiver() as receiver:
+        register_webhook(client, busy, slowish.url, ["lead.created"])
+        register_webhook(client, other, receiver.url, ["lead.created"])
+        for _ in range(60):
+            client.post("/api/v1/leads", json=lead_body(busy), headers=busy.headers())
+        running = Deliverer(caps_of_two(app), version="test").start()
+        try:
+            wait_until(lambda: slowish.most_held > 2, 10, "the busy workspace borrowing")
+            lags = []
+            for n in range(4):
+                started = time.time()
+                client.post("/api/v1/leads", json=lead_body(other), headers=other.headers())
+                wait_until(lambda: len(receiver.received) > n, 10, "the other workspace's event")
+                lags.append(receiver.received[n].at - started)
+        finally:
+            running.stop()
+    assert max(lags) < 0.5, f"lags {[round(lag, 2) for lag in lags]} s; a lent attempt takes 0.5 s"
+
+
 def test_a_receiver_that_trickles_its_answer_cannot_hold_an_attempt_past_its_timeout(app, client, ws, clock):
     # A socket's timeout bounds each read: a byte every 0.2 s (timeout 0.5 s) would keep the
     # attempt, and its sender thread, for as long as the receiver liked, past the claim (another
