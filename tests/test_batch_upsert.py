@@ -207,6 +207,30 @@ def test_a_keyed_batch_commits_item_by_item_so_other_writes_go_on_meanwhile(app,
     assert again.json == first.json
 
 
+@pytest.mark.parametrize("lapsed", [False, True], ids=["open", "lapsed"])
+def test_a_keyed_batch_whose_process_died_is_409_until_its_reservation_lapses_then_runs_afresh(client, ws, lapsed):
+    """A batch commits its key's reservation on its own; a process that dies mid-batch never
+    finishes it. A retry is 409 while the reservation is open, and runs as new once it lapsed."""
+    from datetime import timedelta
+
+    from leadsvc.auth import hash_token
+    from leadsvc.idempotency import RESERVED_FOR
+    from leadsvc.models import IdempotencyKey, Token, utcnow
+
+    key, items = f"died-{lapsed}", [lead_body(ws) for _ in range(2)]
+    scope = "tok:" + Token.get(Token.secret_hash == hash_token(ws.token())).public_id
+    reserved = utcnow() - (RESERVED_FOR + timedelta(seconds=1) if lapsed else timedelta(seconds=1))
+    IdempotencyKey.create(scope=scope, key=key, request_hash="x" * 64, status=0, headers={}, body=b"",
+                          created_at=reserved, expires_at=reserved + RESERVED_FOR)
+    retry = batch(client, ws, items, headers={**ws.headers(), "Idempotency-Key": key})
+    if lapsed:
+        assert retry.status_code == 200 and "Idempotent-Replayed" not in retry.headers
+        assert retry.json["meta"]["created"] == 2
+    else:
+        assert retry.status_code == 409 and retry.json["code"] == "conflict"
+        assert not Lead.select().where(Lead.phone.in_([item["phone"] for item in items])).exists()
+
+
 # --- upsert ----------------------------------------------------------------------------------
 
 def test_on_duplicate_update_replaces_the_fields_sent_and_audits_them(client, make_lead, ws):
