@@ -89,14 +89,6 @@ def issue_token(member: Member, abilities: Iterable[str], *, name: str = "api",
     return token, secret
 
 
-def revoke_token(public_id: str) -> Token:
-    token = Token.get_or_none(Token.public_id == public_id)
-    if token is None:
-        raise LookupError(f"No token {public_id}.")
-    revoke_tokens(Token.id == token.id)
-    return token
-
-
 def revoke_tokens(which: pw.Expression) -> int:
     """Revoke the tokens `which` selects that still work; returns how many that was.
 

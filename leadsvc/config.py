@@ -139,7 +139,7 @@ def _check_variable_names(environ: Mapping[str, str], variables: Mapping[str, An
         named = ", ".join(f"{name} (did you mean {difflib.get_close_matches(name, known, n=1, cutoff=0)[0]}?)"
                           for name in unknown)
         raise ConfigError(f"Unknown environment variable{'s' if len(unknown) > 1 else ''} {named}. Settings "
-                          f"are LEADSVC_<SECTION>_<KEY>, for the keys of config.toml.")
+                          f"are LEADSVC_<SECTION>_<KEY>, for the keys of leadsvc/defaults.toml.")
 
 
 def _coerce(raw: str, default: Any, name: str) -> Any:
@@ -182,8 +182,6 @@ def _check(settings: Settings) -> None:
         except ValueError:
             # flask-limiter would swallow this per request and silently enforce nothing.
             raise ConfigError(f"rate_limits.{key} must read like 120/minute, not {limits[key]!r}.") from None
-    if not (limits["storage"] == "memory://" or urlsplit(limits["storage"]).scheme.startswith("redis")):
-        raise ConfigError(f"rate_limits.storage must be memory:// or a redis:// URL, not {limits['storage']!r}.")
     docs_url = settings["api"]["docs_url"]
     if docs_url and urlsplit(docs_url).scheme not in ("http", "https"):
         raise ConfigError(f"api.docs_url must be empty or an http(s) URL, not {docs_url!r}.")

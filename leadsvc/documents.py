@@ -17,7 +17,7 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import Consent, Form, Lead, Member, Status, Token
+from .models import FIELD_TYPES, ROLES, STATUS_KINDS, Consent, Form, Lead, Member, Status, Token
 from .scoring import band
 
 if TYPE_CHECKING:
@@ -69,21 +69,21 @@ class SourceSchema(RefSchema):
 
 class StatusSchema(RefSchema):
     position = ma.fields.Integer(required=True)
-    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    kind = ma.fields.String(required=True, metadata={"enum": list(STATUS_KINDS)})
     next = ma.fields.List(ma.fields.String(), required=True,
                           metadata={"description": "Ids of the statuses a lead may move to from this one."})
 
 
 class MemberSchema(RefSchema):
     email = ma.fields.String(required=True)
-    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+    role = ma.fields.String(required=True, metadata={"enum": list(ROLES)})
     team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
     active = ma.fields.Boolean(required=True)
 
 
 class CustomFieldSchema(RefSchema):
     label = ma.fields.String(required=True)
-    type = ma.fields.String(required=True, metadata={"enum": ["text", "number", "boolean", "date", "choice"]})
+    type = ma.fields.String(required=True, metadata={"enum": list(FIELD_TYPES)})
     options = ma.fields.List(ma.fields.String(), allow_none=True, required=True)
     personal = ma.fields.Boolean(required=True, metadata={
         "description": "Holds personal data: erasing a lead clears this field's value."})
@@ -154,12 +154,12 @@ class ContactSchema(ma.Schema):
 
 
 class StatusRefSchema(RefSchema):
-    kind = ma.fields.String(required=True, metadata={"enum": ["open", "won", "lost"]})
+    kind = ma.fields.String(required=True, metadata={"enum": list(STATUS_KINDS)})
     position = ma.fields.Integer(required=True)
 
 
 class MemberRefSchema(RefSchema):
-    role = ma.fields.String(required=True, metadata={"enum": ["admin", "manager", "agent"]})
+    role = ma.fields.String(required=True, metadata={"enum": list(ROLES)})
 
 
 class ScoreReasonSchema(ma.Schema):

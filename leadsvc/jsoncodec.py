@@ -53,7 +53,8 @@ class JSONProvider(FlaskJSONProvider):
                 return text(obj)
             except TypeError:
                 # What orjson refuses and json writes (integers beyond 64 bits, lone surrogates):
-                # never in an answer (check_storable keeps it out of storage), but the test client
+                # never in an answer (custom_fields.MAX_NUMBER, fields.Money and check_storable keep them
+                # out of storage), but the test client
                 # encodes hostile request bodies through here.
                 pass
         return json.dumps(obj, **kwargs)

@@ -22,8 +22,8 @@ from flask import Flask, Response, g, has_request_context, request, request_fini
 REQUEST_ID_HEADER = "X-Request-ID"
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,127}$")
 
-# The methods HTTP defines (RFC 9110, PATCH from RFC 5789, and QUERY, the safe method with a body
-# that the HTTP working group added since). waitress passes any token as a
+# The methods HTTP defines (RFC 9110, PATCH from RFC 5789, and QUERY, the HTTP working group's
+# safe method with a body). waitress passes any token as a
 # method, so anything else is refused with a 501 and counted and logged under one name: what a
 # client makes up must never become a new metric series or a line of its own size.
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "QUERY"})

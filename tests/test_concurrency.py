@@ -167,7 +167,7 @@ def test_a_failed_commit_rolls_the_transaction_back_and_the_next_write_works(app
 def test_creates_while_webhooks_are_deleted_neither_fail_nor_deadlock(live_server, ws):
     # Each create writes a delivery for every webhook its reference data lists; deletes commit in
     # between. On PostgreSQL a create holding the workspace's row (routing's rotation) and a
-    # delete holding the webhook's row used to wait for each other (503 on both).
+    # delete holding the webhook's row would wait for each other: a deadlock, 503 on both.
     headers = ws.headers()
     hooks = [call(live_server, "POST", "/api/v1/webhooks", headers=headers,
                   json_body={"url": f"http://127.0.0.1:9/hook{n}", "events": ["*"]}).json()["data"]["id"]

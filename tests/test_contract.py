@@ -145,7 +145,7 @@ def test_booleans_from_the_environment(raw, expected):
     ("LEADSVC_API_DOCS_URL", "docs.example.com/leadsvc", "api.docs_url must be empty or an http(s) URL"),
     ("LEADSVC_RATE_LIMITS_PER_TOKEN", "120/minutes/x", "rate_limits.per_token must read like 120/minute"),
     ("LEADSVC_RATE_LIMITS_FORMS", "ten a minute", "rate_limits.forms must read like 120/minute"),
-    ("LEADSVC_RATE_LIMITS_STORAGE", "memcache://x", "rate_limits.storage must be memory:// or a redis:// URL"),
+    ("LEADSVC_RATE_LIMITS_STORAGE", "memcache://x", "rate_limits.storage must start with memory:// or redis://"),
 ])
 def test_a_bad_environment_value_raises_config_error_naming_it(name, raw, message):
     with pytest.raises(ConfigError) as error:

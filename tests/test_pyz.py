@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The interpreter the venv was made from; -I ignores PYTHON* variables and the user's site,
 # -S leaves out its site-packages: nothing of the project's venv, nor of the base install, is
 # importable but the standard library and what is inside the .pyz.
-CLEAN_PYTHON = [getattr(sys, "_base_executable", sys.executable), "-I", "-S"]
+BASE_PYTHON = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+CLEAN_PYTHON = [str(BASE_PYTHON) if BASE_PYTHON.exists() else sys.executable, "-I", "-S"]
 
 
 @pytest.fixture(scope="session")

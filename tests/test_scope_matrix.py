@@ -17,9 +17,9 @@ from typing import Callable
 import pytest
 
 from conftest import ROLE_EMAILS, Tenant, standard_setup
-from leadsvc.auth import ABILITIES, excluded_for, issue_token, revoke_token
+from leadsvc.auth import ABILITIES, excluded_for, issue_token, revoke_tokens
 from leadsvc.db import database, make_database
-from leadsvc.models import Lead, Member, Workspace
+from leadsvc.models import Lead, Member, Token, Workspace
 from leadsvc.provision import apply_setup, parse_setup
 
 
@@ -148,7 +148,7 @@ class World:
             others = tuple(a for a in ABILITIES if a != endpoint.ability) if endpoint.ability else ("leads:create",)
             return self.ws.headers("admin@t.test", others)
         token, secret = issue_token(self.ws.member("admin@t.test"), ["*"], name="revoked")
-        revoke_token(token.public_id)
+        revoke_tokens(Token.public_id == token.public_id)
         return {"Authorization": f"Bearer {secret}"}
 
 

@@ -336,8 +336,8 @@ def test_slow_receivers_of_other_workspaces_keep_a_workspaces_lag_within_its_bou
     # 16 receivers that accept and never answer, in one workspace or spread over four (all on one
     # host and port). Every attempt ends within the timeout (T), and those tenants hold at most
     # per_workspace (W) and per_host of the 8 sender slots: another workspace's delivery waits for
-    # no slot, so its lag stays under T (docs/design.md). Held to the old ways (oldest first, six
-    # timeouts an attempt, no caps), the 48 attempts of three leads took every slot for 6 T.
+    # no slot, so its lag stays under T (docs/design.md). Without the caps, oldest first, the 48
+    # attempts of three leads would take every slot for T each.
     import time
 
     timeout = 1.0
