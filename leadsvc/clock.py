@@ -19,7 +19,7 @@ import collections
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .db import UNAVAILABLE_ERRORS, database, is_postgres, transaction
 from .delivery import release_connection
@@ -68,8 +68,10 @@ def arm(kind: str, subject: int, workspace_id: int, at: datetime) -> None:
         database.after_commit(wake.set)
 
 
-def disarm(kind: str, *subjects: int) -> None:
-    """Cancel the timers of kind for these subjects (one not armed is no matter)."""
+def disarm(kind: str, subjects: int | Iterable[int]) -> None:
+    """Cancel the timer of kind for a subject, or for each of a list of subjects (one not armed
+    is no matter): in the caller's transaction, with the change that makes it no longer due."""
+    subjects = [subjects] if isinstance(subjects, int) else list(subjects)
     for start in range(0, len(subjects), DISARM_CHUNK):
         Timer.delete().where((Timer.kind == kind)
                              & Timer.subject.in_(subjects[start:start + DISARM_CHUNK])).execute()

@@ -88,7 +88,7 @@ def test_disarm_cancels_one_or_many_timers(ticking, ws, leads):
     arm_all(ws, [kept, *cancelled], utcnow())
     with transaction():
         clock.disarm(KIND, cancelled[0])
-        clock.disarm(KIND, *cancelled[1:])
+        clock.disarm(KIND, cancelled[1:])
     assert ticking.tick(utcnow() + timedelta(minutes=1)) == 1
     assert len(timer_kind.fired(kept)) == 1 and not any(timer_kind.fired(lead) for lead in cancelled)
 
