@@ -7,10 +7,12 @@ bench/RESULTS.md between its markers. Targets are ratios to the baseline measure
 run, so they hold on a noisy machine. Then webhooks, with a receiver in this process: the lag from
 commit to delivery of single creates on an idle server, and the rate at which a served process
 delivers a backlog of events (the API figures above are measured with no webhook registered).
+Last, the clock: one tick with nothing due, in a process of its own on the same database.
 
     .venv/bin/python bench/run.py [--leads 1000000] [--duration 10] [--backends sqlite,postgresql]
     .venv/bin/python bench/run.py --leads 50000 --webhooks-only        # webhook figures alone
     .venv/bin/python bench/run.py --leads 20000 --batch-only           # a batch of 100 against 100 creates
+    .venv/bin/python bench/run.py --leads 2000 --clock-only            # one clock tick with nothing due
 """
 
 from __future__ import annotations
@@ -50,12 +52,34 @@ DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
            "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200,
-           "batch_over_singles": 0.7}
+           "batch_over_singles": 0.7, "clock_tick_ms": 5.0}
 WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
 WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
 # Each item of a batch is still a create with its own transaction (the contract); what a batch saves
 # is what a single create's request costs around it (HTTP, token, rate limit, parsing, reference data).
 BATCH_SIZE = 100
+CLOCK_TICKS = 100
+# One process on the database, as `leadsvc worker` runs the clock: a tick to connect and warm the
+# statement, then CLOCK_TICKS timed ones (the bench database has no timers, so nothing is due).
+CLOCK_TICK = """
+import json, os, statistics, sys, time
+from leadsvc import create_app
+from leadsvc.clock import Clock
+from leadsvc.db import migrate
+from leadsvc.models import Timer, utcnow
+app = create_app(config_file=os.devnull)
+migrate()
+clock = Clock(app.config["LEADSVC"])
+due = Timer.select().where(Timer.fire_at <= utcnow()).count()
+clock.tick()
+times = []
+for _ in range(int(sys.argv[1])):
+    started = time.perf_counter()
+    clock.tick()
+    times.append((time.perf_counter() - started) * 1000)
+print(json.dumps({"median_ms": round(statistics.median(times), 3), "max_ms": round(max(times), 3),
+                  "ticks": len(times), "due": due}))
+"""
 SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
             "first and last name")
 # The searches the target holds for; the others are shown for what they cost.
@@ -485,7 +509,25 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
     if service_root is None:   # another checkout may have no webhooks
         log(f"{db.backend}: webhooks, lag on an idle server and sustained delivery")
         results["webhooks"] = measure_webhooks(db, tokens)
+        log(f"{db.backend}: one clock tick with nothing due")
+        results["clock"] = measure_clock(db)
     return results
+
+
+def measure_clock(db: Database, service_root: str | None = None) -> dict:
+    """The median of CLOCK_TICKS clock ticks with nothing due, in a process of their own."""
+    done = subprocess.run([sys.executable, "-c", CLOCK_TICK, str(CLOCK_TICKS)], env=leadsvc_env(db.url, service_root),
+                          capture_output=True, text=True, cwd=CACHE)
+    if done.returncode:
+        sys.exit(f"{db.backend}: the clock ticks failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def clock_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    c = r["clock"]
+    return [("one clock tick with nothing due (median)", f"< {TARGETS['clock_tick_ms']:.0f} ms",
+             f"{c['median_ms']:.2f} ms (max {c['max_ms']:.2f} ms, {c['ticks']} ticks, {c['due']} timers due)",
+             c["median_ms"] < TARGETS["clock_tick_ms"] and not c["due"])]
 
 
 # --- webhooks ----------------------------------------------------------------------------------
@@ -634,9 +676,9 @@ def batch_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
 
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
-    if "list" not in r:   # --search-only, --webhooks-only, --batch-only
+    if "list" not in r:   # --search-only, --webhooks-only, --batch-only, --clock-only
         return ((search_verdicts(r) if "search" in r else []) + (webhook_verdicts(r) if "webhooks" in r else [])
-                + (batch_verdicts(r) if "batch" in r else []))
+                + (batch_verdicts(r) if "batch" in r else []) + (clock_verdicts(r) if "clock" in r else []))
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -669,7 +711,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  f"{plans['checked'] - len(plans['failed'])} of {plans['checked']} ok"
                  + (f"; failed: {', '.join(plans['failed'])}" if plans["failed"] else ""),
                  not plans["error"] and not plans["failed"]))
-    return rows + (webhook_verdicts(r) if "webhooks" in r else [])
+    return rows + (webhook_verdicts(r) if "webhooks" in r else []) + (clock_verdicts(r) if "clock" in r else [])
 
 
 def batch_details(r: dict) -> list[str]:
@@ -695,7 +737,7 @@ def markdown(info: dict, results: list[dict], builds: dict, started: str, load: 
                   + f" (built {b['built_at']}, load average {b['load']:.1f} when it ended).", "",
                   "| target | goal | measured | result |", "|---|---|---|---|"]
         lines += [f"| {name} | {goal} | {value} | {mark[ok]} |" for name, goal, value, ok in verdicts(r)]
-        if "list" not in r:   # --search-only, --webhooks-only, --batch-only
+        if "list" not in r:   # --search-only, --webhooks-only, --batch-only, --clock-only
             lines += ["", "| detail | leadsvc |", "|---|---|", *batch_details(r), ""] if "batch" in r else [""]
             continue
         pages, c = r["pages"], r["create"]
@@ -740,6 +782,8 @@ def main() -> None:
                         help="measure only the search pages against the first page (implies --no-write)")
     parser.add_argument("--batch-only", action="store_true",
                         help="measure only a batch of 100 new leads against 100 single creates (implies --no-write)")
+    parser.add_argument("--clock-only", action="store_true",
+                        help="measure only a clock tick with nothing due (implies --no-write)")
     args = parser.parse_args()
     LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
@@ -763,6 +807,8 @@ def main() -> None:
             results.append(measure_search_only(db, tokens, args.duration, args.service_root))
         elif args.batch_only:
             results.append(measure_batch_only(db, tokens, args.duration, args.service_root))
+        elif args.clock_only:
+            results.append({"backend": backend, "clock": measure_clock(db, args.service_root)})
         else:
             results.append(measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
@@ -771,7 +817,8 @@ def main() -> None:
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
-    if not (args.no_write or args.service_root or args.search_only or args.webhooks_only or args.batch_only):
+    if not (args.no_write or args.service_root or args.search_only or args.webhooks_only or args.batch_only
+            or args.clock_only):
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

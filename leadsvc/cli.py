@@ -87,11 +87,14 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     logging.getLogger("leadsvc").info(
         "leadsvc %s, database %s, docs at /docs", __version__, redact(app.config["LEADSVC"]["database"]["url"]))
     deliverer = _deliverer(app).start() if app.config["LEADSVC"]["webhooks"]["deliver_in_serve"] else None
+    clock = _clock(app).start() if app.config["LEADSVC"]["clock"]["in_serve"] else None
     try:
         serve_app(app, host or server["host"], port or server["port"])
     except CannotListen as exc:
         raise click.ClickException(f"{exc} Choose another with --port or LEADSVC_SERVER_PORT.") from None
     finally:
+        if clock is not None:
+            clock.stop()
         if deliverer is not None:
             deliverer.stop()
 
@@ -102,13 +105,19 @@ def _deliverer(app: Flask):
     return Deliverer(app.config["LEADSVC"], version=__version__, metrics=app.extensions.get("leadsvc.metrics"))
 
 
+def _clock(app: Flask):
+    from .clock import Clock
+
+    return Clock(app.config["LEADSVC"], metrics=app.extensions.get("leadsvc.metrics"))
+
+
 @cli.command()
 @click.option("--metrics-port", type=click.IntRange(1, 65535),
-              help="Also serve /metrics (webhook deliveries, backlog, lag) on this port; default: no metrics.")
+              help="Also serve /metrics (webhook deliveries, backlog, lag, timers) on this port; default: no metrics.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Interface for --metrics-port.")
 @click.pass_context
 def worker(ctx: click.Context, metrics_port: int | None, metrics_host: str) -> None:
-    """Deliver webhook events without serving (any number of workers may share a database)."""
+    """Deliver webhook events and run the clock, without serving (any number of workers may share a database)."""
     import signal
     import threading
 
@@ -129,7 +138,8 @@ def worker(ctx: click.Context, metrics_port: int | None, metrics_host: str) -> N
         except CannotListen as exc:
             raise click.ClickException(f"{exc} Choose another with --metrics-port.") from None
     deliverer = _deliverer(app).start()
-    log.info("leadsvc %s delivering webhook events, database %s", __version__,
+    clock = _clock(app).start()
+    log.info("leadsvc %s delivering webhook events and running the clock, database %s", __version__,
              redact(app.config["LEADSVC"]["database"]["url"]))
     try:
         if metrics_server is not None:   # serves until SIGTERM or SIGINT, as `leadsvc serve` does
@@ -142,6 +152,7 @@ def worker(ctx: click.Context, metrics_port: int | None, metrics_host: str) -> N
             while not stopping.wait(1):
                 pass
     finally:
+        clock.stop()
         deliverer.stop()
         db_close()
 

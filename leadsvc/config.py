@@ -34,6 +34,7 @@ LOG_FORMATS = ("text", "json")
 MIN_SECRET_KEY = 32   # characters of webhooks.secret_key, from which every webhook secret is derived
 MAX_ANSWER_FLOOR_MS = 10_000   # a web form that answers slower than this loses people
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_CLOCK_INTERVAL = 60   # seconds: what is due fires within a minute of its time
 
 RATE_LIMIT_STORAGES = ("memory://", "redis://", "rediss://", "redis+unix://", "redis+sentinel://",
                        "redis+cluster://")
@@ -202,6 +203,9 @@ def _check(settings: Settings) -> None:
                           "or empty to refuse webhooks.")
     if hooks["timeout"] <= 0:
         raise ConfigError("webhooks.timeout must be positive.")
+    if not 1 <= settings["clock"]["interval"] <= MAX_CLOCK_INTERVAL:
+        raise ConfigError(f"clock.interval must be from 1 to {MAX_CLOCK_INTERVAL} seconds (what is due fires within "
+                          f"a minute of its time), not {settings['clock']['interval']}.")
     if not 0 <= settings["forms"]["answer_floor_ms"] <= MAX_ANSWER_FLOOR_MS:
         raise ConfigError(f"forms.answer_floor_ms must be from 0 to {MAX_ANSWER_FLOOR_MS}, "
                           f"not {settings['forms']['answer_floor_ms']}.")

@@ -35,6 +35,7 @@ def check_all(settings: Mapping[str, Any], source: Path | None) -> Findings:
             webhook_facts, webhook_problems = webhook_findings(settings["webhooks"])
             findings.facts += webhook_facts
             findings.problems += webhook_problems
+    findings.facts.append(clock_fact(settings["clock"]))
     storage_facts, storage_problems = rate_limit_findings(settings["rate_limits"]["storage"])
     findings.facts += storage_facts
     findings.problems += storage_problems
@@ -88,6 +89,13 @@ def webhook_findings(hooks: dict) -> tuple[list[str], list[str]]:
               f"{(h.disabled_reason or 'turned off by hand').rstrip('.')}. When its receiver works again, turn it on with "
               f'PATCH /api/v1/webhooks/{h.public_id} {{"active": true}}.' for h in registered if not h.active]
     return facts, []
+
+
+def clock_fact(clock: dict) -> str:
+    """Who fires due timers (reminders and the like)."""
+    runners = ("`leadsvc serve` and `leadsvc worker` run" if clock["in_serve"]
+               else "only `leadsvc worker` runs (clock.in_serve = false)")
+    return f"{runners} the clock, which fires due timers every {clock['interval']} s"
 
 
 def redis_problem(url: str) -> str | None:

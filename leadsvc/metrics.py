@@ -1,4 +1,4 @@
-"""GET /metrics: request counts, a latency histogram, database errors and webhook deliveries.
+"""GET /metrics: request counts, a latency histogram, database errors, webhook deliveries and timers.
 
 prometheus_client keeps the metrics, in a registry per app (so per process: scrape every
 process), and writes the text format. The endpoint needs no token; it is answered only to the
@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from .config import networks
 from .db import UNAVAILABLE_ERRORS
-from .models import Delivery, utcnow
+from .models import Delivery, Timer, utcnow
 from .observability import request_method, request_route
 from .problems import NotFound, problem_response
 
@@ -59,12 +59,21 @@ class Metrics:
             buckets=LAG_BUCKETS, registry=self.registry)
         Gauge("leadsvc_webhook_backlog", "Webhook deliveries due now and not yet attempted "
               "(all processes on this database).", registry=self.registry).set_function(webhook_backlog)
+        self.timers = Counter(
+            "leadsvc_timers_total", "Due timers this process's clock took, by kind and outcome (fired, or "
+            "failed and tried again later).", ["kind", "outcome"], registry=self.registry)
+        Gauge("leadsvc_timers_due", "Timers due now and not yet fired (all processes on this database).",
+              registry=self.registry).set_function(timers_due)
 
     def delivery(self, outcome: str, lag_seconds: float | None) -> None:
         """One delivery attempt's outcome (its state after it) and, for a success, commit-to-delivery lag."""
         self.deliveries.labels(outcome).inc()
         if lag_seconds is not None:
             self.lag.observe(lag_seconds)
+
+    def timers_fired(self, kind: str, outcome: str, count: int) -> None:
+        """Timers of one kind that a clock's batch took, by outcome (kinds are the code's, never input)."""
+        self.timers.labels(kind, outcome).inc(count)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """One answered request."""
@@ -97,6 +106,14 @@ def webhook_backlog() -> float:
     the rest of the page still renders)."""
     try:
         return Delivery.select().where(Delivery.next_attempt_at <= utcnow()).count()
+    except UNAVAILABLE_ERRORS:
+        return math.nan
+
+
+def timers_due() -> float:
+    """Timers due now, from the database (NaN when it does not answer)."""
+    try:
+        return Timer.select().where(Timer.fire_at <= utcnow()).count()
     except UNAVAILABLE_ERRORS:
         return math.nan
 

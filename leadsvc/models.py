@@ -505,8 +505,22 @@ Delivery.add_index(Delivery.index(Delivery.next_attempt_at, where=Delivery.next_
                                   name="delivery_due"))
 
 
+class Timer(BaseModel):
+    """A time at which something is due, for the clock (clock.py, migration 0016): one per kind
+    and subject, the integer id of the row it is about."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    kind = pw.CharField(max_length=48)
+    subject = pw.IntegerField()
+    due_at = pw.DateTimeField()                 # the time it was armed for, as its handler is told
+    fire_at = pw.DateTimeField(index=True)      # when a tick takes it: due_at, or later after a failure
+
+    class Meta:
+        indexes = ((("kind", "subject"), True),)
+
+
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
-    Webhook, Event, Delivery,
+    Webhook, Event, Delivery, Timer,
 ]
