@@ -52,7 +52,7 @@ DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
            "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200,
-           "batch_over_singles": 0.7, "clock_tick_ms": 5.0}
+           "batch_over_singles": 0.7, "clock_tick_ms": 5.0, "follow_up_over_first_p50": 2.0}
 WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
 WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
 # Each item of a batch is still a create with its own transaction (the contract); what a batch saves
@@ -346,13 +346,42 @@ def measure_search(server: Server, token: str, seconds: float) -> dict:
                              "errors": sum(r["errors_status"] for r in runs[kind])} for kind in SEARCHES}}
 
 
+# The follow-up lists of a salesperson's day, each against the plain first page of the same role.
+FOLLOW_UPS = {"tasks: mine, due today (agent)": ("agent", "/api/v1/tasks?filter%5Bassignee%5D=me&filter%5Bdue%5D=today"),
+              "leads: next task overdue (agent)": ("agent", "/api/v1/leads?filter%5Bnext_task%5D=overdue"),
+              "leads: next task overdue (admin)": ("admin", "/api/v1/leads?filter%5Bnext_task%5D=overdue")}
+
+
+def measure_follow_ups(server: Server, tokens: dict[str, str], seconds: float) -> dict:
+    """p50 of the first page of each follow-up list against its role's plain first page, 1 connection."""
+    paths = {**{f"plain ({role})": (role, "/api/v1/leads") for role in ("agent", "admin")}, **FOLLOW_UPS}
+    for role, path in paths.values():   # warm each query, and check it answers
+        status, _, _ = get(server.url(path), tokens[role])
+        if status != 200:
+            sys.exit(f"{path} answered {status}")
+        wrk(server.url(path), tokens[role], connections=1, seconds=2)
+    runs: dict[str, list] = {kind: [] for kind in paths}
+    for _ in range(3):   # interleaved, so noise hits every kind alike
+        for kind, (role, path) in paths.items():
+            runs[kind].append(wrk(server.url(path), tokens[role], connections=1, seconds=seconds))
+    p50 = {kind: statistics.median(r["p50_ms"] for r in kind_runs) for kind, kind_runs in runs.items()}
+    found = {kind: len(get(server.url(path), tokens[role])[1]["data"]) for kind, (role, path) in FOLLOW_UPS.items()}
+    return {"queries": {kind: path for kind, (_, path) in FOLLOW_UPS.items()},
+            "kinds": {kind: {"p50_ms": p50[kind], "first_p50_ms": p50[f"plain ({role})"],
+                             "ratio": round(p50[kind] / p50[f"plain ({role})"], 3), "rows": found[kind],
+                             "errors": sum(r["errors_status"] for r in runs[kind])}
+                      for kind, (role, _) in FOLLOW_UPS.items()}}
+
+
 def measure_search_only(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
-    """--search-only: the search figures alone, without the baseline and the other phases."""
+    """--search-only: the search and follow-up figures alone, without the baseline and the other phases."""
     secret = tokens["tokens"][ROLES["admin"]]["token"]
+    secrets = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
                      leadsvc_env(db.url, service_root), LEADSVC_PORT)
     try:
-        return {"backend": db.backend, "plans": query_plans(db), "search": measure_search(leadsvc, secret, seconds)}
+        return {"backend": db.backend, "plans": query_plans(db), "search": measure_search(leadsvc, secret, seconds),
+                "follow_ups": measure_follow_ups(leadsvc, secrets, seconds)}
     finally:
         leadsvc.stop()
 
@@ -446,6 +475,9 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
 
         log(f"{db.backend}: search (q) pages vs the plain first page, 1 connection")
         results["search"] = measure_search(leadsvc, secret["admin"], seconds)
+
+        log(f"{db.backend}: follow-up lists (tasks due today, overdue leads) vs the plain first page, 1 connection")
+        results["follow_ups"] = measure_follow_ups(leadsvc, secret, seconds)
 
         log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
         _, sample, _ = get(leadsvc.url(f"{list_path}?page%5Bsize%5D=200"), secret["admin"])
@@ -666,6 +698,13 @@ def search_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
             for kind, v in search["kinds"].items()]
 
 
+def follow_up_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    return [(f"follow-up page p50 / first page p50: {kind}", f"<= {TARGETS['follow_up_over_first_p50']}",
+             f"{v['ratio']:.2f} ({v['p50_ms']:.1f} / {v['first_p50_ms']:.1f} ms, {v['rows']} rows)",
+             v["ratio"] <= TARGETS["follow_up_over_first_p50"] and not v["errors"])
+            for kind, v in r.get("follow_ups", {}).get("kinds", {}).items()]
+
+
 def batch_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     b = r["batch"]
     return [(f"batch of {b['size']} new leads / {b['size']} single creates, one after the other (1 connection)",
@@ -677,7 +716,8 @@ def batch_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
     if "list" not in r:   # --search-only, --webhooks-only, --batch-only, --clock-only
-        return ((search_verdicts(r) if "search" in r else []) + (webhook_verdicts(r) if "webhooks" in r else [])
+        return ((search_verdicts(r) if "search" in r else []) + follow_up_verdicts(r)
+                + (webhook_verdicts(r) if "webhooks" in r else [])
                 + (batch_verdicts(r) if "batch" in r else []) + (clock_verdicts(r) if "clock" in r else []))
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
@@ -687,7 +727,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     rows.append(("deep page p50 / first page p50", f"<= {TARGETS['deep_over_first_p50']}",
                  f"{pages['ratio']:.2f} ({pages['deep_p50_ms']:.1f} / {pages['first_p50_ms']:.1f} ms)",
                  pages["ratio"] <= TARGETS["deep_over_first_p50"]))
-    rows += search_verdicts(r)
+    rows += search_verdicts(r) + follow_up_verdicts(r)
     for name in REPORTS:
         report = r["reports"].get(name)
         if report is None:
@@ -779,7 +819,7 @@ def main() -> None:
     parser.add_argument("--webhooks-only", action="store_true",
                         help="measure only webhook delivery, lag and throughput (implies --no-write)")
     parser.add_argument("--search-only", action="store_true",
-                        help="measure only the search pages against the first page (implies --no-write)")
+                        help="measure only the search and follow-up pages against the first page (implies --no-write)")
     parser.add_argument("--batch-only", action="store_true",
                         help="measure only a batch of 100 new leads against 100 single creates (implies --no-write)")
     parser.add_argument("--clock-only", action="store_true",

@@ -9,7 +9,7 @@ from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 from . import (db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics, observability,
-               openapi, privacy, problems, reference, reports, timeline, webhooks)
+               openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
 
@@ -35,8 +35,8 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     api = openapi.init_app(app, __version__)
     problems.init_app(app)
     register_converters(app, api)
-    for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, privacy.blp, reports.blp, reference.blp,
-                      forms.blp, webhooks.blp):
+    for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, tasks.blp, privacy.blp, reports.blp,
+                      reference.blp, forms.blp, webhooks.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)

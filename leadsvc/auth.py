@@ -16,12 +16,12 @@ import peewee as pw
 from flask import g, request
 
 from .db import database, read_rows
-from .models import BASE62, Lead, Member, Note, Token, Workspace, public_id_pattern, utcnow
+from .models import BASE62, Lead, Member, Note, Task, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 from .fields import phones_of
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
-             "notes:write", "activities:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage")
+             "notes:write", "activities:write", "tasks:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage")
 ALL = "*"
 # Abilities only an admin can exercise, whatever its token says: they act on the whole workspace.
 ADMIN_ONLY = frozenset({"webhooks:manage", "privacy:manage"})
@@ -37,6 +37,7 @@ TOKEN_PREFIX = "lsk_"
 TOKEN_PATTERN = re.compile(r"^lsk_[0-9A-Za-z]{32,128}$")
 _LAST_USED_RESOLUTION = timedelta(minutes=1)   # write last_used_at at most this often
 LEAD_ID = public_id_pattern("ld_")
+TASK_ID = public_id_pattern("task_")
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,29 @@ def visible_note_or_404(public_id: str) -> Note:
     if note is None:
         raise NotFound(f"No note {public_id}.")
     return note
+
+
+# A task carries its lead's scope columns (copied with every change of the lead's owner).
+_TASK_SCOPE_COLUMNS = {"workspace": Task.workspace, "team": Task.lead_team, "owner": Task.lead_owner}
+
+
+def task_scope(who: Caller) -> pw.Expression:
+    """The tasks a caller may see: those on the leads it may see, whoever they are assigned to."""
+    column, value = _lead_bound(who)
+    return _TASK_SCOPE_COLUMNS[column.name] == value if value is not None else pw.SQL("1 = 0")
+
+
+def visible_tasks(*fields) -> pw.ModelSelect:
+    """Where every task query starts."""
+    return Task.select(*fields).where(task_scope(caller()))
+
+
+def visible_task_or_404(public_id: str) -> Task:
+    """A task on a lead in the caller's scope: any other is 404, like a missing one."""
+    task = visible_tasks().where(Task.public_id == public_id).first() if TASK_ID.fullmatch(public_id) else None
+    if task is None:
+        raise NotFound(f"No task {public_id}.")
+    return task
 
 
 def member_scope(who: Caller) -> pw.Expression:

@@ -19,8 +19,9 @@ import peewee as pw
 
 from . import routing
 from .db import database, is_postgres, transaction
-from .models import Activity, Lead, LeadNamePart, Transition, Workspace, utcnow
-from .synthetic import (ACTIVITY_COLUMNS, CHUNK, LEAD_COLUMNS, NAME_PART_COLUMNS, TRANSITION_COLUMNS, Generator,
+from .models import Activity, Lead, LeadNamePart, Task, Transition, Workspace, utcnow
+from .synthetic import (ACTIVITY_COLUMNS, CHUNK, LEAD_COLUMNS, NAME_PART_COLUMNS, TASK_COLUMNS, TRANSITION_COLUMNS,
+                        Generator,
                         Rows)
 
 log = logging.getLogger("leadsvc")
@@ -105,7 +106,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
     written = 0
     with _bulk_session():
         with (transaction() if fresh else _nothing()), \
-                (_indexes_built_after((Lead, LeadNamePart, Transition, Activity)) if fresh else _nothing()):
+                (_indexes_built_after((Lead, LeadNamePart, Transition, Activity, Task)) if fresh else _nothing()):
             with transaction():
                 first_id = writer.reserve_lead_ids(count)
             for out in _generated(generator, count, first_id):
@@ -117,6 +118,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
                     writer.write(LeadNamePart, NAME_PART_COLUMNS, out["name_part"])
                     writer.write(Transition, TRANSITION_COLUMNS, out["transition"])
                     writer.write(Activity, ACTIVITY_COLUMNS, out["activity"])
+                    writer.write(Task, TASK_COLUMNS, out["task"])
                 written += len(out["lead"])
                 if progress:
                     progress(out["size"])
@@ -131,7 +133,7 @@ def gather_statistics() -> None:
     without it an index-only scan visits the heap for every row, many times slower for a report
     walking a large index. Autovacuum would get there eventually; a bulk load should not wait."""
     if is_postgres():
-        database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity")   # never inside a transaction
+        database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity, task")   # never inside a transaction
         return
     # A full ANALYZE of a large load reads every index whole; a sample of each
     # index is enough for the planner.
@@ -236,7 +238,8 @@ def _without_taken(out: dict[str, list[tuple]], workspace_id: int) -> dict[str, 
     return {"lead": [r for r in out["lead"] if r[0] not in dropped],
             "name_part": [r for r in out["name_part"] if r[0] not in dropped],
             "transition": [r for r in out["transition"] if r[2] not in dropped],
-            "activity": [r for r in out["activity"] if r[2] not in dropped]}
+            "activity": [r for r in out["activity"] if r[2] not in dropped],
+            "task": [r for r in out["task"] if r[2] not in dropped]}
 
 
 class _bulk_session:

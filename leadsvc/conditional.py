@@ -35,10 +35,11 @@ def lock_lead(lead: Lead, actor: Actor) -> Lead:
     return current
 
 
-def check_if_match(lead: Lead, if_match: str | None) -> None:
-    """412 unless the If-Match header sent (if any) names the locked lead's current ETag, or *."""
+def check_if_match(record: Any, if_match: str | None, what: str = "lead") -> None:
+    """412 unless the If-Match header sent (if any) names the locked record's current ETag, or *
+    (a lead; a task, which has a version too)."""
     if if_match is None:
         return
     candidates = {tag.strip().removeprefix("W/") for tag in if_match.split(",")}
-    if "*" not in candidates and etag(lead) not in candidates:
-        raise PreconditionFailed("The lead changed since you read it (If-Match does not match its ETag).")
+    if "*" not in candidates and etag(record) not in candidates:
+        raise PreconditionFailed(f"The {what} changed since you read it (If-Match does not match its ETag).")

@@ -99,3 +99,41 @@ def page(query: pw.ModelSelect, order: Order, size: int, binding: str, after: st
         return rows, None
     rows = rows[:size]
     return rows, encode(binding, *order.position(rows[-1]))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One walk of a list read as several keyset walks in turn (a lead's open tasks, then its
+    closed ones): its rows, their order, and the binding that names the phase in a cursor."""
+
+    query: pw.ModelSelect
+    order: Order
+    binding: str
+
+
+def phased_page(phases: list[Phase], size: int, after: str | None) -> tuple[list, str | None]:
+    """One page of rows across the phases, in turn, and the cursor of the next page (None on the
+    last). A cursor holds the last row's position in its own phase's order and binding."""
+    start, position = 0, None
+    if after:
+        start, position = _phase_of(after, phases)
+    rows: list[tuple[int, Any]] = []
+    for index in range(start, len(phases)):
+        phase = phases[index]
+        query = phase.order.apply(phase.query, position if index == start else None)
+        rows += [(index, row) for row in query.limit(size + 1 - len(rows))]
+        if len(rows) > size:
+            break
+    if len(rows) <= size:
+        return [row for _, row in rows], None
+    index, last = rows[size - 1]
+    return [row for _, row in rows[:size]], encode(phases[index].binding, *phases[index].order.position(last))
+
+
+def _phase_of(after: str, phases: list[Phase]) -> tuple[int, tuple[Any, str]]:
+    for index, phase in enumerate(phases):
+        try:
+            return index, decode(after, phase.binding, phase.order)
+        except ValidationFailed:
+            continue
+    raise ValidationFailed.field(PAGE_AFTER, "Not a cursor of this list; follow links.next as given.")

@@ -17,7 +17,7 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import FIELD_TYPES, ROLES, STATUS_KINDS, Consent, Form, Lead, Member, Status, Token
+from .models import FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Consent, Form, Lead, Member, Status, Task, Token, utcnow
 from .scoring import band
 
 if TYPE_CHECKING:
@@ -207,6 +207,38 @@ class ConsentSchema(ma.Schema):
     withdrawn_at = UtcDateTime(allow_none=True, required=True)
 
 
+class TaskLeadSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    full_name = ma.fields.String(allow_none=True, required=True, metadata={"description": "Null once erased."})
+
+
+class TaskCreatorSchema(ma.Schema):
+    token = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The token that created the task; null for one the demo generator made."})
+    member = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+
+
+class TaskSchema(ma.Schema):
+    id = ma.fields.String(required=True)
+    lead = ma.fields.Nested(TaskLeadSchema, required=True)
+    kind = ma.fields.String(required=True, metadata={"enum": list(TASK_KINDS)})
+    title = ma.fields.String(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
+    notes = ma.fields.String(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
+    due_at = UtcDateTime(required=True)
+    remind_at = UtcDateTime(allow_none=True, required=True)
+    assignee = ma.fields.Nested(RefSchema, required=True)
+    state = ma.fields.String(required=True, metadata={"enum": list(TASK_STATES)})
+    done_at = UtcDateTime(allow_none=True, required=True, metadata={"description": "When it was completed."})
+    outcome = ma.fields.String(allow_none=True, required=True, metadata={"description": ERASED_NOTE})
+    created_at = UtcDateTime(required=True)
+    created_by = ma.fields.Nested(TaskCreatorSchema, required=True)
+    overdue = ma.fields.Boolean(required=True, metadata={"description": "Open, and due_at has passed."})
+
+
+class TaskDocumentSchema(ma.Schema):
+    data = ma.fields.Nested(TaskSchema, required=True)
+
+
 class LeadSchema(ma.Schema):
     id = ma.fields.String(required=True)
     contact = ma.fields.Nested(ContactSchema, required=True)
@@ -231,13 +263,20 @@ class LeadSchema(ma.Schema):
     do_not_contact = ma.fields.Boolean(required=True)
     erased_at = UtcDateTime(allow_none=True, required=True, metadata={
         "description": "When the lead's personal data was erased; null while it has not been."})
+    next_task_due_at = UtcDateTime(allow_none=True, required=True, metadata={
+        "description": "The earliest due_at of its open tasks; null when it has none."})
+    open_tasks = ma.fields.Integer(required=True, metadata={"description": "How many open tasks it has."})
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
+    tasks = ma.fields.List(ma.fields.Nested(TaskSchema), metadata={
+        "description": "With include=tasks: its open tasks, earliest due first."})
 
 
 class SubjectLeadSchema(LeadSchema):
     """A lead with everything held about it, for subject access."""
 
+    tasks = ma.fields.List(ma.fields.Nested(TaskSchema), required=True, metadata={
+        "description": "All of its tasks, open and closed, oldest first."})
     transitions = ma.fields.List(ma.fields.Nested("TransitionSchema"), required=True)
     consents = ma.fields.List(ma.fields.Nested(ConsentSchema), required=True)
     audit = ma.fields.List(ma.fields.Nested("AuditEntrySchema"), required=True)
@@ -246,7 +285,7 @@ class SubjectLeadSchema(LeadSchema):
 class SubjectSchema(ma.Schema):
     leads = ma.fields.List(ma.fields.Nested(SubjectLeadSchema), required=True, metadata={
         "description": "Every lead of the workspace with the phone or e-mail asked for, each with its "
-                       "activities, notes, transitions, consents and audit entries."})
+                       "activities, notes, tasks, transitions, consents and audit entries."})
 
 
 class ErasuresSchema(ma.Schema):
@@ -348,7 +387,7 @@ class AuditEntrySchema(ma.Schema):
     id = ma.fields.String(required=True)
     action = ma.fields.String(required=True, metadata={
         "enum": ["created", "updated", "status_changed", "note_added", "note_edited", "note_deleted",
-                 "activity_logged", "consent_given",
+                 "activity_logged", "task_created", "task_updated", "task_completed", "task_cancelled", "consent_given",
                  "consent_withdrawn", "erased"]})
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)
@@ -362,7 +401,7 @@ class AuditEntrySchema(ma.Schema):
 LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lead.email, Lead.source, Lead.status,
                 Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
                 Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason,
-                Lead.consent, Lead.do_not_contact, Lead.erased_at)
+                Lead.consent, Lead.do_not_contact, Lead.erased_at, Lead.next_task_due_at, Lead.open_tasks)
 
 
 
@@ -400,7 +439,38 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
         "consent": lead.consent,
         "do_not_contact": lead.do_not_contact,
         "erased_at": rfc3339(lead.erased_at),
+        "next_task_due_at": rfc3339(lead.next_task_due_at),
+        "open_tasks": lead.open_tasks,
     }
+
+
+def task_documents(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
+    """Tasks as TaskSchema dumps them, their leads' names and creators' tokens read in one query each."""
+    lead_ids = {task.lead_id for task in tasks}
+    leads = {row.id: row for row in Lead.select(Lead.id, Lead.public_id, Lead.first_name, Lead.last_name,
+                                                  Lead.erased_at).where(Lead.id.in_(lead_ids))} if lead_ids else {}
+    tokens = ActorNames(tasks, refs).tokens
+    now = utcnow()
+    documents = []
+    for task in tasks:
+        lead = leads[task.lead_id]
+        documents.append({
+            "id": task.public_id,
+            "lead": {"id": lead.public_id, "full_name": None if lead.erased_at else
+                     f"{lead.first_name or ''} {lead.last_name or ''}".strip()},
+            "kind": task.kind, "title": task.title, "notes": task.notes, "due_at": task.due_at,
+            "remind_at": task.remind_at, "assignee": refs.members.get(task.assignee_id), "state": task.state,
+            "done_at": task.done_at, "outcome": task.outcome, "created_at": task.created_at,
+            "created_by": {"token": tokens.get(task.actor_token_id),
+                           "member": refs.members.get(task.actor_member_id)},
+            "overdue": task.state == "open" and task.due_at < now,
+        })
+    return documents
+
+
+def task_json(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
+    """Tasks as JSON-ready data, for documents built by hand (a lead's include=tasks, events)."""
+    return TaskSchema(many=True).dump(task_documents(tasks, refs))
 
 
 def consent_document(consent: Consent, source: str | None) -> dict[str, Any]:

@@ -45,7 +45,7 @@ RETRY_AFTER_BUSY = 5   # seconds a client waits when every export writer is busy
 # fields, so that readers going by position keep theirs.
 COLUMNS = ("id", "first_name", "last_name", "phone", "email", "source", "estimated_value", "currency",
            "status", "owner", "owner_email", "team", "score", "score_band", "created_at", "updated_at",
-           "status_changed_at", "last_activity_at", "lost_reason")
+           "status_changed_at", "last_activity_at", "lost_reason", "next_task_due_at")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -161,6 +161,7 @@ def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
             safe_cell(team.name) if team else "", lead.score, band(lead.score, refs.settings),
             rfc3339(lead.created_at), rfc3339(lead.updated_at), rfc3339(lead.status_changed_at),
             rfc3339(lead.last_activity_at) or "", safe_cell(lost_reason.name) if lost_reason else "",
+            rfc3339(lead.next_task_due_at) or "",
             *(_custom_cell(custom.get(name)) for name in fields)]
 
 

@@ -125,7 +125,12 @@ class DeliveryIdConverter(BaseConverter):
     regex = public_id_regex("dlv_")
 
 
-CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter, "delivery_id": DeliveryIdConverter}
+class TaskIdConverter(BaseConverter):
+    regex = public_id_regex("task_")
+
+
+CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter,
+              "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

@@ -13,11 +13,11 @@ from .conditional import ETAG_HEADER, etag
 from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
                         LeadSchema, StatusMoveResultSchema, activity_document, prebuilt_response, lead_document,
-                        note_document, one, page_of, transition_document)
+                        note_document, one, page_of, task_json, transition_document)
 from .extensions import Blueprint
 from .history import actor
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
-from .models import Activity, Note
+from .models import Activity, Note, Task
 from .refs import Refs, request_refs
 from .schemas import LeadBatchSchema, LeadCreateSchema, LeadPatchSchema, LeadReadQuery, StatusMoveSchema
 
@@ -107,7 +107,7 @@ class LeadResource(MethodView):
     @blp.alt_response(304, description="Not modified: the lead still has the ETag sent in If-None-Match.",
                       headers=ETAG_HEADER, success=True)
     def get(self, query, public_id):
-        """Read a lead, optionally with its activities and notes"""
+        """Read a lead, optionally with its activities, notes and open tasks"""
         lead = visible_lead_or_404(public_id)
         tag = etag(lead)
         includes = query.get("include", frozenset())
@@ -125,6 +125,10 @@ class LeadResource(MethodView):
                         .order_by(Note.created_at.desc(), Note.public_id.desc()).limit(TIMELINE_LIMIT))
             names = ActorNames(rows, refs)
             document["notes"] = [note_document(row, names) for row in rows]
+        if "tasks" in includes:
+            rows = list(Task.select().where((Task.lead == lead.id) & (Task.state == "open"))
+                        .order_by(Task.due_at, Task.public_id).limit(TIMELINE_LIMIT))
+            document["tasks"] = task_json(rows, refs)
         return prebuilt_response({"data": document}, headers={"ETag": tag})
 
     @blp.doc(operationId="updateLead")

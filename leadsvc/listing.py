@@ -1,4 +1,5 @@
-"""The lead list: filters, sorts and keyset pages, shared by the list, the CSV export and the reports."""
+"""The lead list: filters, sorts and keyset pages, shared by the list, the CSV export and the reports;
+and the task list, which takes the same kinds of filters."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS
 from .fields import SPACE_PATTERN, comma_separated, list_items, trim
-from .models import Lead, public_id_pattern, public_id_regex
+from .models import NO_TASK, TASK_KINDS, TASK_STATES, Lead, Task, public_id_pattern, public_id_regex, utcnow
 from .refs import Refs
 from .scoring import band_ranges
 
@@ -64,6 +65,10 @@ def _keyword_days(keyword: str, today: date) -> tuple[date, date]:
         return today, tomorrow
     if keyword == "yesterday":
         return today - timedelta(days=1), today
+    if keyword == "tomorrow":
+        return tomorrow, tomorrow + timedelta(days=1)
+    if keyword == "next_7_days":
+        return today, today + timedelta(days=7)
     if keyword.startswith("last_") and keyword.endswith("_days"):
         return today - timedelta(days=int(keyword.split("_")[1]) - 1), tomorrow
     if keyword == "this_week":
@@ -89,13 +94,13 @@ def _utc(value: date | datetime, zone: ZoneInfo) -> datetime:
     return value.astimezone(ZoneInfo("UTC")).replace(tzinfo=None)
 
 
-def parse_period(text: str) -> Period:
-    """`last_30_days`, or `FROM..TO` with ISO dates or datetimes and either end open."""
+def parse_period(text: str, keywords: tuple[str, ...] = PERIOD_KEYWORDS) -> Period:
+    """One of the keywords (`last_30_days`), or `FROM..TO` with ISO dates or datetimes and either end open."""
     text = trim(text)
-    if text in PERIOD_KEYWORDS:
+    if text in keywords:
         return Period(keyword=text)
     if ".." not in text:
-        raise ValueError(f"Use FROM..TO (ISO dates or datetimes, either end open) or one of: {', '.join(PERIOD_KEYWORDS)}.")
+        raise ValueError(f"Use FROM..TO (ISO dates or datetimes, either end open) or one of: {', '.join(keywords)}.")
     first, _, last = text.partition("..")
     start, end = _moment(first), _moment(last)
     if start is None and end is None:
@@ -194,8 +199,16 @@ SEARCH_HELP = ("Search, by what is typed: digits (and spaces, `+ - . ( )`) with 
                "accents ignored). 2 to 100 characters once trimmed.")
 
 
+NEXT_TASK = ("overdue", "today", "none", "scheduled")
+NEXT_TASK_HELP = ("overdue: an open task is past due; today: the earliest open task is due today (in the workspace's "
+                  "time zone); none: an open-status lead without an open task; scheduled: any open task.")
+
+
 class LeadFilterQuery(ReportFilterQuery):
     """The filters of the lead list and its CSV export."""
+
+    next_task = ma.fields.String(data_key="filter[next_task]", validate=ma.validate.OneOf(NEXT_TASK),
+                                 metadata={"description": NEXT_TASK_HELP})
 
     q = SearchText(metadata={"description": SEARCH_HELP,
                              "examples": ["98765 43210", "asha@example.com", "asha r"]})
@@ -215,12 +228,16 @@ SORTS: dict[str, cursor.Order] = {
     "score": cursor.Order(Lead.score, Lead.public_id, descending=False),
     # Leads never contacted carry the epoch here, so they come last.
     "-last_activity_at": cursor.Order(Lead.activity_sort_at, Lead.public_id, descending=True),
+    # Leads without an open task carry the end of the calendar here, so they come last.
+    "next_task_due_at": cursor.Order(Lead.task_sort_at, Lead.public_id, descending=False),
 }
 
 
 class LeadListQuery(LeadFilterQuery):
     sort = ma.fields.String(load_default="-created_at", validate=ma.validate.OneOf(list(SORTS)),
-                            metadata={"description": "Ties are broken by the lead's id; leads with no activity sort last."})
+                            metadata={"description": "Ties are broken by the lead's id; leads with no activity sort last "
+                                                     "under -last_activity_at, leads without an open task last under "
+                                                     "next_task_due_at."})
     page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
     page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
 
@@ -255,7 +272,23 @@ def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, 
             query = query.where(Lead.created_at < end)
     if "q" in filters:
         query = query.where(search.matching(filters["q"], refs.workspace.id))
+    if "next_task" in filters:
+        query = query.where(next_task_condition(filters["next_task"], refs))
     return query
+
+
+def next_task_condition(wanted: str, refs: Refs) -> pw.Expression:
+    """filter[next_task] on the lead's task_sort_at (its next_task_due_at, or NO_TASK), the column its
+    sort reads, so that each value is a range of that index."""
+    if wanted == "overdue":
+        return Lead.task_sort_at < utcnow()
+    if wanted == "today":
+        start, end = Period(keyword="today").utc_bounds(refs.workspace.timezone)
+        return (Lead.task_sort_at >= start) & (Lead.task_sort_at < end)
+    if wanted == "scheduled":
+        return Lead.task_sort_at < NO_TASK
+    open_statuses = [status.id for status in refs.statuses.values() if status.kind == "open"] or [0]
+    return (Lead.task_sort_at == NO_TASK) & Lead.status.in_(open_statuses)   # none: no next step
 
 
 def next_link(path: str, query: Mapping[str, Any], after: str | None) -> str | None:
@@ -286,9 +319,125 @@ def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, sett
                        binding(params["sort"], filters), params.get("page_after"), fetch=_document_rows)
 
 
-# What a page of the list reads: the document's columns, and the one the third sort orders by.
-PAGE_COLUMNS = (*LEAD_COLUMNS, Lead.activity_sort_at)
+# What a page of the list reads: the document's columns, and those the sorts order by besides.
+PAGE_COLUMNS = (*LEAD_COLUMNS, Lead.activity_sort_at, Lead.task_sort_at)
 
 
 def _document_rows(query: pw.ModelSelect) -> list:
     return read_rows(PAGE_COLUMNS, *query.select(*PAGE_COLUMNS).sql())
+
+
+# --- the task list ---------------------------------------------------------------------------
+
+DUE_KEYWORDS = ("today", "tomorrow", "this_week", "next_7_days")
+DUE_HELP = ("overdue (due_at has passed), " + ", ".join(DUE_KEYWORDS) + " (in the workspace's time zone), or "
+            "`FROM..TO` with ISO dates or datetimes, either end open, as in filter[created_at].")
+DUE_PATTERN = rf"^{SPACE_PATTERN}*(overdue|{'|'.join(DUE_KEYWORDS)}){SPACE_PATTERN}*$|\.\."
+ME = "me"
+
+
+class Due(ma.fields.String):
+    """filter[due]: `overdue`, a day keyword or a range, loaded as "overdue" or a Period."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = trim(super()._deserialize(value, attr, data, **kwargs))
+        if text == "overdue":
+            return text
+        try:
+            return parse_period(text, DUE_KEYWORDS)
+        except ValueError as exc:
+            raise ma.ValidationError(f"{exc} Or: overdue.") from None
+
+
+class Assignees(IdList):
+    """filter[assignee]: member ids, or `me` for the caller's own member."""
+
+    def __init__(self, **kwargs):
+        super().__init__("mem_", **kwargs)
+        self.metadata.update(description="mem_... ids, or me, comma-separated for several.",
+                             pattern=comma_separated(f"({public_id_regex('mem_')}|{ME})"))
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        items = list_items(ma.fields.String._deserialize(self, value, attr, data, **kwargs))
+        bad = [item for item in items if item != ME and not self.pattern.match(item)]
+        if bad:
+            raise ma.ValidationError(f"Not mem_... ids nor me: {', '.join(bad)}.")
+        return items
+
+
+class Choices(ma.fields.String):
+    """Comma-separated values, each one of `choices` (OR)."""
+
+    def __init__(self, choices: tuple[str, ...], **kwargs):
+        self.choices = choices
+        super().__init__(metadata={"description": f"{', '.join(choices)}; comma-separated for several.",
+                                   "pattern": comma_separated(f"({'|'.join(choices)})")}, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        items = list_items(super()._deserialize(value, attr, data, **kwargs))
+        if any(item not in self.choices for item in items):
+            raise ma.ValidationError(f"Use {', '.join(self.choices)}, comma-separated.")
+        return sorted(set(items))
+
+
+TASK_SORTS: dict[str, cursor.Order] = {
+    "due_at": cursor.Order(Task.due_at, Task.public_id, descending=False),
+    # Open tasks carry the epoch here, so they come last.
+    "-done_at": cursor.Order(Task.closed_at, Task.public_id, descending=True),
+}
+
+
+class TaskFilterQuery(ma.Schema):
+    assignee = Assignees(data_key="filter[assignee]")
+    state = Choices(TASK_STATES, data_key="filter[state]", load_default=["open"])
+    due = Due(data_key="filter[due]", metadata={"description": DUE_HELP, "pattern": DUE_PATTERN})
+    kind = Choices(TASK_KINDS, data_key="filter[kind]")
+    lead = IdList("ld_", data_key="filter[lead]")
+
+    @ma.pre_load
+    def _set_aside_unknown_filters(self, data, **kwargs):
+        known = {f.data_key for f in self.fields.values()}
+        return {key: data[key] for key in data if key in known or not FILTER_KEY.match(key)}
+
+
+class TaskListQuery(TaskFilterQuery):
+    sort = ma.fields.String(load_default="due_at", validate=ma.validate.OneOf(list(TASK_SORTS)), metadata={
+        "description": "due_at: earliest first; -done_at: most recently closed (done or cancelled) first, open "
+                       "tasks last. Ties are broken by the task's id."})
+    page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
+    page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
+
+
+def filter_tasks(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, me: int) -> pw.ModelSelect:
+    """The task query narrowed by the filters; `me` is the caller's member id."""
+    if "assignee" in filters:
+        wanted = set(filters["assignee"])
+        ids = [me] if ME in wanted else []
+        ids += [member.id for member in refs.members.values() if member.public_id in wanted]
+        query = query.where(Task.workspace == refs.workspace.id, Task.assignee.in_(ids or [0]))
+    states = filters["state"]
+    query = query.where(Task.state == states[0] if len(states) == 1 else Task.state.in_(states))
+    if "kind" in filters:
+        query = query.where(Task.kind.in_(filters["kind"]))
+    if "lead" in filters:
+        query = query.where(Task.lead.in_(Lead.select(Lead.id).where(
+            (Lead.workspace == refs.workspace.id) & Lead.public_id.in_(filters["lead"]))))
+    if "due" in filters:
+        if filters["due"] == "overdue":
+            query = query.where(Task.due_at < utcnow())
+        else:
+            start, end = filters["due"].utc_bounds(refs.workspace.timezone)
+            if start is not None:
+                query = query.where(Task.due_at >= start)
+            if end is not None:
+                query = query.where(Task.due_at < end)
+    return query
+
+
+def task_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, me: int) -> tuple[list, str | None]:
+    """One page of the filtered, sorted task query and the cursor of the next."""
+    filters = {key: value for key, value in params.items() if key not in ("sort", "page_size", "page_after")}
+    # `me` means the caller's own member: a cursor made for one caller is not another's.
+    bound = binding(params["sort"], {**filters, "me": me if ME in filters.get("assignee", ()) else None})
+    return cursor.page(filter_tasks(query, filters, refs, me), TASK_SORTS[params["sort"]], params["page_size"],
+                       bound, params.get("page_after"))

@@ -26,12 +26,18 @@ STATUS_KINDS = ("open", "won", "lost")
 FIELD_TYPES = ("text", "number", "boolean", "date", "choice")
 STRATEGIES = ("round_robin", "least_open", "member")
 ACTIVITY_KINDS = ("created", "updated", "status_changed", "assigned", "note", "call", "email",
-                  "meeting", "whatsapp", "sms", "duplicate_submission")
-CONTACT_KINDS = ("call", "email", "meeting", "whatsapp", "sms")   # what a person logs by hand
+                  "meeting", "whatsapp", "sms", "visit", "duplicate_submission", "task_created", "task_cancelled",
+                  "task_completed")
+CONTACT_KINDS = ("call", "email", "meeting", "whatsapp", "sms", "visit")   # what a person logs by hand
+TASK_KINDS = ("call", "whatsapp", "email", "sms", "meeting", "visit", "todo")
+TASK_STATES = ("open", "done", "cancelled")
 
 # The earliest time a lead can sort by when it has never had a logged activity: the keyset
 # order on `activity_sort_at` then puts it last without any NULL handling.
 NEVER = datetime(1970, 1, 1)
+# The latest time a lead can sort by when it has no open task: under `next_task_due_at` (earliest
+# first) it then comes last without any NULL handling.
+NO_TASK = datetime(9999, 12, 31)
 
 
 def utcnow() -> datetime:
@@ -267,6 +273,11 @@ class Lead(BaseModel):
     # The latest consent record as the lead document shows it (documents.consent_document), kept
     # with the lead so that reading a page of leads needs no query per lead.
     consent = pw.JSONField(null=True)
+    # Its open tasks (0017): the earliest due time and how many, kept by every task change.
+    next_task_due_at = pw.DateTimeField(null=True)
+    open_tasks = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
+    # next_task_due_at, or NO_TASK without one: the column `sort=next_task_due_at` reads.
+    task_sort_at = pw.DateTimeField(default=NO_TASK, constraints=[pw.SQL("DEFAULT '9999-12-31 00:00:00'")])
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -284,6 +295,9 @@ class Lead(BaseModel):
             (("owner", "created_at", "public_id"), False),
             (("owner", "score", "public_id"), False),
             (("owner", "activity_sort_at", "public_id"), False),
+            (("workspace", "task_sort_at", "public_id"), False),
+            (("team", "task_sort_at", "public_id"), False),
+            (("owner", "task_sort_at", "public_id"), False),
             # Reports (0003): conversion by status, source and owner, and time to won, from the index alone.
             (("workspace", "status", "source", "owner", "created_at", "status_changed_at"), False),
         )
@@ -417,6 +431,46 @@ class Consent(BaseModel):
         indexes = ((("lead", "id"), False),)
 
 
+class Task(Attributed):
+    """A follow-up on a lead (0017). The actor columns say who created it."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("task_")
+    lead = pw.ForeignKeyField(Lead, backref="tasks", on_delete="CASCADE", index=False)
+    # The lead's owner and team, copied in the transaction of every change of them: the task
+    # list's scope is its lead's, and its indexes start with these columns as the lead list's do.
+    lead_owner = pw.ForeignKeyField(Member, null=True, backref="+", index=False)
+    lead_team = pw.ForeignKeyField(Team, null=True, backref="+", index=False)
+    kind = pw.CharField(max_length=16)
+    title = pw.CharField(max_length=200, null=True)   # null (like notes and outcome) once the lead is erased
+    notes = pw.TextField(null=True)
+    due_at = pw.DateTimeField()
+    remind_at = pw.DateTimeField(null=True)
+    assignee = pw.ForeignKeyField(Member, backref="+", index=False)
+    state = pw.CharField(max_length=16, default="open")
+    done_at = pw.DateTimeField(null=True)
+    # When it was closed (done or cancelled); NEVER while open, so `-done_at` needs no NULL handling.
+    closed_at = pw.DateTimeField(default=NEVER)
+    outcome = pw.TextField(null=True)
+    version = pw.IntegerField(default=1)   # bumped by every change; the ETag derives from it
+    created_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        # Each sort per scope root, as the lead list's; then an assignee's list, and a lead's
+        # open tasks (its list, and the lead's next_task_due_at and open_tasks).
+        indexes = (
+            (("workspace", "state", "due_at", "public_id"), False),
+            (("lead_team", "state", "due_at", "public_id"), False),
+            (("lead_owner", "state", "due_at", "public_id"), False),
+            (("workspace", "state", "closed_at", "public_id"), False),
+            (("lead_team", "state", "closed_at", "public_id"), False),
+            (("lead_owner", "state", "closed_at", "public_id"), False),
+            (("workspace", "assignee", "state", "due_at", "public_id"), False),
+            (("lead", "state", "due_at", "public_id"), False),
+        )
+
+
 class IdempotencyKey(BaseModel):
     """The recorded response of a POST that carried an Idempotency-Key, replayed to its retries."""
 
@@ -522,5 +576,5 @@ class Timer(BaseModel):
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
-    Webhook, Event, Delivery, Timer,
+    Webhook, Event, Delivery, Timer, Task,
 ]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import marshmallow as ma
 import peewee as pw
 
-from . import events, routing, search
+from . import events, followups, routing, search
 from .conditional import check_if_match, lock_lead
 from .consent import consent_again, new_consent
 from .custom_fields import check_custom_fields
@@ -254,6 +254,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
             wanted = {name: new for name, new in wanted.items() if _stored(current, name) in EMPTY}
             custom = {key: new for key, new in custom.items() if (current.custom_fields or {}).get(key) in EMPTY}
         diff: dict[str, dict[str, Any]] = {}
+        owner_before = current.owner_id
         for name, new in wanted.items():
             old = getattr(current, name)
             if _raw(old) != _raw(new):
@@ -294,6 +295,8 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
             raise Conflict("Another lead already has this phone number or e-mail.") from None
         if "first_name" in diff or "last_name" in diff:
             search.save_name_parts([current], replace=True)
+        if "owner" in diff:
+            followups.follow_owner(current, owner_before, actor, refs)
         record_activity(current, actor, "updated", "Changed " + ", ".join(sorted(diff)) + ".", {"fields": sorted(diff)})
         reason = None
         if "owner" in diff:
@@ -477,8 +480,9 @@ def _timeline_entry(lead: Lead, note: Note) -> pw.Expression:
 
 
 def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | None, actor: Actor,
-                 refs: Refs) -> tuple[Lead, Activity]:
-    """Log a call, e-mail, meeting or message: moves last_activity_at and the engagement score.
+                 refs: Refs, data: dict[str, Any] | None = None) -> tuple[Lead, Activity]:
+    """Log a call, e-mail, meeting, visit or message: moves last_activity_at and the engagement
+    score. `data` is the activity's (a completed task names itself there).
 
     last_activity_at only moves forward: logging an older contact after a newer one keeps the newer.
     """
@@ -490,7 +494,7 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
             raise Conflict(f"Lead {lead.public_id} is do-not-contact (its consent was withdrawn, or it was set): "
                            f"a {kind} cannot be logged on it.")
         before = {"last_activity_at": current.last_activity_at, "score": current.score}
-        activity = record_activity(current, actor, kind, summary, at=occurred_at)
+        activity = record_activity(current, actor, kind, summary, data, at=occurred_at)
         at = activity.occurred_at
         if current.last_activity_at is None or at > current.last_activity_at:
             current.last_activity_at = current.activity_sort_at = at

@@ -1,8 +1,8 @@
 """Privacy (India's DPDP Act 2023): erasing a lead's personal data, and what is held about a person.
 
 Erasure anonymises the lead in place, in one transaction: its contact, its personal custom fields,
-its notes' bodies, its activities' summaries and data, its transitions' notes and its consents'
-client addresses are cleared, and its audit entries keep who changed which field when with
+its notes' bodies, its activities' summaries and data, its tasks' titles, notes and outcomes, its
+transitions' notes and its consents' client addresses are cleared, and its audit entries keep who changed which field when with
 "[erased]" for the personal values. Status, owner, team, source, score, transitions and times stay,
 so reports come out the same. Search (name parts, reversed phone), duplicate detection (phone and
 e-mail are null) and recorded idempotent responses lose it too; the deliveries log drops the
@@ -21,19 +21,20 @@ from .auth import caller, requires, visible_lead_or_404
 from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
 from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, activity_document, audit_document,
-                        consent_document, prebuilt_response, lead_document, note_document, one, transition_document)
+                        consent_document, prebuilt_response, lead_document, note_document, one, task_json,
+                        transition_document)
 from .extensions import Blueprint
 from .history import Actor, actor, plain, record_audit
-from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Token, Transition, Workspace,
-                     utcnow)
+from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Task, Token, Transition,
+                     Workspace, utcnow)
 from .pipeline import leads_with_contact
 from .refs import Refs, request_refs
 from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery
 
 ERASED = "[erased]"
-# Audit fields that hold the person's own data (a note's body: free text about them); custom fields
-# are personal by their definition.
-PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email", "body"})
+# Audit fields that hold the person's own data (a note's body, a task's title, notes and outcome:
+# free text about them); custom fields are personal by their definition.
+PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email", "body", "title", "notes", "outcome"})
 
 
 def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:
@@ -78,6 +79,8 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
     Note.update(body=None).where(Note.lead == lead.id).execute()
     Activity.update(summary=None, data=None).where(Activity.lead == lead.id).execute()
     Transition.update(note=None).where(Transition.lead == lead.id).execute()
+    # Kinds, states and times stay: what was planned and done when, without what it said.
+    Task.update(title=None, notes=None, outcome=None).where(Task.lead == lead.id).execute()
     Consent.update(ip=None).where(Consent.lead == lead.id).execute()
     for entry_id, changes in AuditEntry.select(AuditEntry.id, AuditEntry.changes).where(
             AuditEntry.lead == lead.id).tuples():
@@ -123,7 +126,7 @@ def subject_document(workspace: Workspace, phone: str | None, email: str | None,
 
 def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:
     """A lead's document with all of its history: activities and notes newest first (as include
-    gives them), transitions, consents and audit entries oldest first (as their lists do)."""
+    gives them), tasks, transitions, consents and audit entries oldest first (as their lists do)."""
     activities = list(Activity.select().where(Activity.lead == lead.id)
                       .order_by(Activity.created_at.desc(), Activity.public_id.desc()))
     notes = list(Note.select().where(Note.lead == lead.id).order_by(Note.created_at.desc(), Note.public_id.desc()))
@@ -131,11 +134,13 @@ def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:
                        .order_by(Transition.at, Transition.public_id))
     audit = list(AuditEntry.select().where(AuditEntry.lead == lead.id).order_by(AuditEntry.at, AuditEntry.public_id))
     consents = list(Consent.select().where(Consent.lead == lead.id).order_by(Consent.id))
+    tasks = list(Task.select().where(Task.lead == lead.id).order_by(Task.created_at, Task.public_id))
     names = ActorNames([*activities, *notes, *transitions, *audit], refs)
     sources = _consent_sources(consents)
     return {**lead_document(lead, refs),
             "activities": [activity_document(row, names) for row in activities],
             "notes": [note_document(row, names) for row in notes],
+            "tasks": task_json(tasks, refs),
             "transitions": [transition_document(row, names) for row in transitions],
             "consents": [consent_document(row, sources.get((row.form_id, row.token_id))) for row in consents],
             "audit": [audit_document(row, names) for row in audit]}

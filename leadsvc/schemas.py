@@ -8,8 +8,8 @@ from datetime import timedelta
 import marshmallow as ma
 
 from .fields import (BLANK_PATTERN, CustomFieldValues, JsonBoolean, LowerEmail, Mobile, Money, PublicId, Text,
-                     UtcAwareDateTime, comma_separated, list_items, required_text)
-from .models import CONTACT_KINDS, utcnow
+                     UtcAwareDateTime, comma_separated, is_blank, list_items, required_text)
+from .models import CONTACT_KINDS, TASK_KINDS, utcnow
 
 NAME_LENGTH = 100
 NOTE_LENGTH = 5000
@@ -124,7 +124,7 @@ class StatusMoveSchema(ma.Schema):
                        "when the workspace defines reasons; refused on a move to any other status."})
 
 
-INCLUDES = ("activities", "notes")
+INCLUDES = ("activities", "notes", "tasks")
 
 
 class Includes(ma.fields.String):
@@ -133,7 +133,7 @@ class Includes(ma.fields.String):
     MAX_LENGTH = 50
 
     def __init__(self, **kwargs):
-        super().__init__(metadata={"description": "Comma-separated: activities, notes.", "maxLength": self.MAX_LENGTH,
+        super().__init__(metadata={"description": "Comma-separated: activities, notes, tasks.", "maxLength": self.MAX_LENGTH,
                                    "pattern": comma_separated(f"({'|'.join(INCLUDES)})")}, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
@@ -143,7 +143,7 @@ class Includes(ma.fields.String):
         items = list_items(text)
         unknown = [item for item in items if item not in INCLUDES]
         if unknown:   # named as written, so that a control character in one shows
-            raise ma.ValidationError(f"Unknown include {', '.join(map(repr, unknown))}; use activities and/or notes.")
+            raise ma.ValidationError(f"Unknown include {', '.join(map(repr, unknown))}; use {', '.join(INCLUDES)}.")
         return frozenset(items)
 
 
@@ -184,6 +184,60 @@ class ActivityCreateSchema(ma.Schema):
 class HistoryQuery(ma.Schema):
     page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
     page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+TITLE_LENGTH, OUTCOME_LENGTH = 200, 1000
+# A due time within the years the lists' filters take: a lead without an open task sorts after
+# every due time (models.NO_TASK).
+DUE_YEARS = (1900, 9998)
+
+
+def _within_years(value) -> None:
+    if not DUE_YEARS[0] <= value.year <= DUE_YEARS[1]:
+        raise ma.ValidationError(f"Use a time in the years {DUE_YEARS[0]} to {DUE_YEARS[1]}.")
+
+
+def _due_time(**kwargs) -> UtcAwareDateTime:
+    return UtcAwareDateTime(validate=_within_years, **kwargs)
+
+
+class TaskPatchSchema(ma.Schema):
+    kind = ma.fields.String(validate=ma.validate.OneOf(TASK_KINDS))
+    title = Text(TITLE_LENGTH, validate=(ma.validate.Length(min=1),), metadata={"minLength": 1})
+    notes = Text(NOTE_LENGTH, allow_none=True)
+    due_at = _due_time(metadata={"description": "RFC 3339 with an offset."})
+    remind_at = _due_time(allow_none=True, metadata={
+        "description": "When task.due fires; not after due_at. Null: no reminder."})
+    assignee = PublicId("mem_", metadata={
+        "description": "The lead's owner, a manager of the lead's team, or an admin (else 422); active."})
+
+    class Meta:
+        json_schema = {"description": "The fields to change; a done or cancelled task is 409."}
+
+    @ma.validates("title")
+    def _title_says_something(self, value, **kwargs):
+        if is_blank(value):
+            raise ma.ValidationError("Say what to do: the title is empty.")
+
+
+class TaskCreateSchema(TaskPatchSchema):
+    kind = ma.fields.String(required=True, validate=ma.validate.OneOf(TASK_KINDS))
+    title = required_text(TITLE_LENGTH, "Say what to do: the title is empty.",
+                          metadata={"description": "Trimmed; 1 to 200 characters."})
+    due_at = _due_time(required=True, metadata={"description": "RFC 3339 with an offset."})
+    assignee = PublicId("mem_", metadata={
+        "description": "Default: the lead's owner, else the caller's member. The lead's owner, a manager of the "
+                       "lead's team, or an admin (else 422); active."})
+
+    class Meta:
+        json_schema = {"description": "A follow-up on the lead."}
+
+
+class TaskCompleteSchema(ma.Schema):
+    outcome = Text(OUTCOME_LENGTH, allow_none=True, metadata={
+        "description": "What came of it; the logged activity's summary (else the title)."})
 
 
 # --- web forms -------------------------------------------------------------------------------

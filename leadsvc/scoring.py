@@ -15,7 +15,7 @@ from .config import Settings
 VALUE_TIERS: tuple[tuple[int, int], ...] = ((10_000_000, 20), (5_000_000, 15), (1_000_000, 10), (1, 5))
 CONTACT_POINTS = {"phone": 10, "email": 5, "name": 5}
 # Points per logged activity, and the most engagement can add.
-ENGAGEMENT_POINTS = {"call": 5, "meeting": 10, "email": 3, "whatsapp": 3, "sms": 2}
+ENGAGEMENT_POINTS = {"call": 5, "meeting": 10, "visit": 10, "email": 3, "whatsapp": 3, "sms": 2}
 ENGAGEMENT_CAP = 25
 
 

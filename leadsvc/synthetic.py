@@ -4,9 +4,11 @@ The leads look like a year and a half of a real pipeline: created over the last 
 owned by the agents the workspace's distribution rules would pick (team = the owner's team),
 moved through the pipeline by real transition chains (first from null, each next status one the
 previous may move to, `seconds_in_from` the time spent there), with `created`, `assigned`,
-`status_changed` and logged contact activities, and scores from `scoring.score_lead`. Every
+`status_changed` and logged contact activities, about one follow-up task per lead (most done,
+the open ones due around now, some overdue), and scores from `scoring.score_lead`. Every
 invariant the API relies on holds: unique valid Indian mobiles and e-mails per workspace,
-`activity_sort_at` = last activity or the epoch, version 1.
+`activity_sort_at` = last activity or the epoch, `next_task_due_at` and `open_tasks` = the lead's
+open tasks, a completed contact task's activity logged, version 1.
 
 The rows are plain tuples in the column order below, ready for bulk_load.py to write. The history
 rows are the system's (no actor token, member or form), as for any import. The same seed,
@@ -28,8 +30,8 @@ from typing import Any, Sequence
 import peewee as pw
 
 from . import routing
-from .models import (BASE62, CONTACT_KINDS, NEVER, PUBLIC_ID_LENGTH, CustomField, LostReason, Member, Rule, Source,
-                     Status, Workspace)
+from .models import (BASE62, CONTACT_KINDS, NEVER, NO_TASK, PUBLIC_ID_LENGTH, CustomField, LostReason, Member, Rule,
+                     Source, Status, Workspace)
 from .scoring import ENGAGEMENT_POINTS, score_lead
 from .search import name_key, parts_of, phone_reversed
 
@@ -50,7 +52,15 @@ DOMAINS = ("example.com", "example.in", "mail.test", "inbox.test")
 LOCATIONS = ("Whitefield", "Koramangala", "Hebbal", "Andheri", "Powai", "Gachibowli", "Baner", "Salt Lake")
 CONTACT_SUMMARIES = {"call": "Called about the site visit.", "email": "Sent the brochure.",
                      "meeting": "Met at the sales office.", "whatsapp": "Shared the floor plans.",
-                     "sms": "Reminder about the visit."}
+                     "sms": "Reminder about the visit.", "visit": "Walked through the show flat."}
+# Follow-ups: how many a lead gets (about one), of which kinds, and what they say.
+TASKS_PER_LEAD = (0, 1, 1, 1, 2)
+TASK_KINDS_DRAWN = ("call", "call", "call", "whatsapp", "whatsapp", "visit", "meeting", "email", "todo")
+TASK_TITLES = {"call": "Call back", "whatsapp": "Send the floor plans on WhatsApp", "visit": "Site visit",
+               "meeting": "Meeting at the sales office", "email": "E-mail the price sheet", "todo": "Prepare the quote"}
+TASK_OUTCOMES = ("Interested; wants the price sheet.", "No answer; try again.", "Visiting on Sunday.",
+                 "Asked for a callback next week.")
+OPEN_TASKS_SINCE = timedelta(days=3)   # an open lead's tasks due after now minus this are still open
 # Mean days spent in a status before the next move, and the chance a lead at a stage gives up.
 MEAN_DAYS_IN_STATUS = 6.0
 LOST_AT_STAGE = 0.22
@@ -135,11 +145,15 @@ class _Turns:
 LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "phone", "email", "source_id",
                 "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
                 "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
-                "activity_sort_at", "phone_reversed", "lost_reason_id", "name_key")
+                "activity_sort_at", "phone_reversed", "lost_reason_id", "name_key", "next_task_due_at", "open_tasks",
+                "task_sort_at")
 NAME_PART_COLUMNS = ("lead_id", "workspace_id", "part")
 TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
                       "seconds_in_from", "lost_reason_id")
 ACTIVITY_COLUMNS = ("workspace_id", "public_id", "lead_id", "kind", "summary", "data", "occurred_at", "created_at")
+TASK_COLUMNS = ("workspace_id", "public_id", "lead_id", "lead_owner_id", "lead_team_id", "kind", "title", "due_at",
+                "remind_at", "assignee_id", "state", "done_at", "closed_at", "outcome", "version", "created_at",
+                "updated_at")
 
 
 # One encoder: json.dumps with options builds a new one per call, which costs more than the encoding.
@@ -152,9 +166,11 @@ def _time(value: datetime) -> str:
 
 
 NEVER_TEXT = _time(NEVER)
+NO_TASK_TEXT = _time(NO_TASK)
 
 
-Rows = dict[str, Any]   # {"lead": [...], "name_part": [...], "transition": [...], "activity": [...], "size": leads made}
+Rows = dict[str, Any]   # {"lead": [...], "name_part": [...], "transition": [...], "activity": [...], "task": [...],
+                        #  "size": leads made}
 
 
 class Generator:
@@ -231,7 +247,7 @@ class Generator:
         """The rows of one chunk of leads; each chunk has its own random stream, so workers agree."""
         self.rng = random.Random(f"{self.seed}:{self.start}:{index}")
         self.ids = _Ids(self.rng)
-        out: Rows = {"lead": [], "name_part": [], "transition": [], "activity": [], "size": len(times)}
+        out: Rows = {"lead": [], "name_part": [], "transition": [], "activity": [], "task": [], "size": len(times)}
         number = self.start + index * CHUNK
         for offset, created in enumerate(times):
             self.lead(number + offset, first_id + offset, created, out)
@@ -308,6 +324,36 @@ class Generator:
             activities.append((ws, new_id("act_"), lead_id, kind, CONTACT_SUMMARIES[kind], "{}",
                                occurred_text, occurred_text))
 
+        # Follow-ups, made some time after creation and due a few days later: an open lead's are
+        # still open when due lately (some overdue), every other one is done (its contact logged) or cancelled.
+        next_due, open_tasks = None, 0
+        lead_is_open = self.kind[status.id] == "open"
+        for _ in range(pick(TASKS_PER_LEAD)):
+            kind = pick(TASK_KINDS_DRAWN)
+            made = created + timedelta(seconds=int(rng.random() * max(1, (now - created).total_seconds())))
+            due = made + timedelta(hours=2 + int(rng.random() * 166))
+            made_text, due_text, task_id = _time(made), _time(due), new_id("task_")
+            if lead_is_open and due > now - OPEN_TASKS_SINCE:
+                state, done_text, closed_text, outcome = "open", None, NEVER_TEXT, None
+                open_tasks += 1
+                next_due = due if next_due is None or due < next_due else next_due
+            else:
+                closed = min(now, due + timedelta(seconds=int(rng.random() * 86_400)))
+                closed_text = _time(closed)
+                state = "done" if rng.random() < 0.85 else "cancelled"
+                done_text, outcome = (closed_text, pick(TASK_OUTCOMES)) if state == "done" else (None, None)
+                if state == "done" and kind in ENGAGEMENT_POINTS:   # completing a contact task logs it
+                    engagement += ENGAGEMENT_POINTS[kind]
+                    last_activity = closed if last_activity is None or closed > last_activity else last_activity
+                    activities.append((ws, new_id("act_"), lead_id, kind, outcome, f'{{"task":"{task_id}"}}',
+                                       closed_text, closed_text))
+                elif state == "done":
+                    activities.append((ws, new_id("act_"), lead_id, "task_completed", outcome,
+                                       f'{{"task":"{task_id}"}}', closed_text, closed_text))
+            out["task"].append((ws, task_id, lead_id, owner.id, owner.team_id, kind, TASK_TITLES[kind], due_text,
+                                None, owner.id, state, done_text, closed_text, outcome, 1, made_text,
+                                closed_text if state != "open" else made_text))
+
         score, reasons = score_lead(
             phone=phone, email=email, first_name=first, last_name=last, estimated_value=value,
             custom_fields=custom, source=(source.name, source.score) if source else None,
@@ -319,5 +365,6 @@ class Generator:
                             status.id, owner.id, owner.team_id, None if value is None else str(value),
                             _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
                             _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone),
-                            lost_reason.id if lost_reason else None, key))
+                            lost_reason.id if lost_reason else None, key,
+                            _time(next_due) if next_due else None, open_tasks, _time(next_due) if next_due else NO_TASK_TEXT))
         out["name_part"].extend((lead_id, ws, part) for part in parts_of(key))

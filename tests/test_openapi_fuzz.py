@@ -42,7 +42,7 @@ def api_schema(app, ws, real_ids, monkeypatch):
                         "CONTRACT_FORM": ws.ids.forms["Enquiry"], "CONTRACT_STATUS": ws.ids.statuses["Contacted"],
                         "CONTRACT_WEBHOOK": real_ids["webhook"][0], "CONTRACT_SPARE_WEBHOOK": real_ids["webhook"][1],
                         "CONTRACT_DELIVERY": real_ids["delivery"][0], "CONTRACT_NOTE": real_ids["note"][0],
-                        "CONTRACT_SPARE_NOTE": real_ids["note"][1]}.items():
+                        "CONTRACT_SPARE_NOTE": real_ids["note"][1], "CONTRACT_TASK": real_ids["task"][0]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -57,11 +57,14 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     delivery = client.post(f"/api/v1/webhooks/{hook}/test", headers=ws.headers()).json["data"]["id"]
     notes = [client.post(f"/api/v1/leads/{leads[0]}/notes", json={"body": "Fuzz"}, headers=ws.headers()).json["data"]["id"]
              for _ in range(2)]
+    task = client.post(f"/api/v1/leads/{leads[0]}/tasks", json={"kind": "call", "title": "Fuzz",
+                                                                 "due_at": "2030-01-01T10:00:00Z"},
+                       headers=ws.headers()).json["data"]["id"]
     ids = ws.ids
     return {"ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
             "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery],
-            "note": notes}
+            "note": notes, "task": [task]}
 
 
 def pick(value: str, choices: list[str]) -> str:

@@ -39,7 +39,7 @@ def served_demo(tmp_path):
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
-    webhook and one of its deliveries, and two notes."""
+    webhook and one of its deliveries, two notes and a task."""
     headers = bearer(token)
     reply = call(base, "POST", "/api/v1/leads", headers=headers,
                  json_body={"first_name": "Live", "email": "live@contract.test"})
@@ -53,11 +53,13 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
     delivery = call(base, "POST", f"/api/v1/webhooks/{hook['data']['id']}/test", headers=headers).json()["data"]
     note, spare_note = (call(base, "POST", f"/api/v1/leads/{created['data']['id']}/notes", headers=headers,
                              json_body={"body": "Live"}).json() for _ in range(2))
+    task = call(base, "POST", f"/api/v1/leads/{created['data']['id']}/tasks", headers=headers,
+                json_body={"kind": "call", "title": "Live", "due_at": "2030-01-01T10:00:00Z"}).json()
     return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
             "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted"),
             "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],
             "CONTRACT_DELIVERY": delivery["id"], "CONTRACT_NOTE": note["data"]["id"],
-            "CONTRACT_SPARE_NOTE": spare_note["data"]["id"]}
+            "CONTRACT_SPARE_NOTE": spare_note["data"]["id"], "CONTRACT_TASK": task["data"]["id"]}
 
 
 @pytest.mark.slow

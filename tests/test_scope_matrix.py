@@ -30,7 +30,8 @@ def new_lead(tenant: Tenant) -> dict:
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str                                   # "{lead}": the target lead's id; "{note}": a note of it by its owner
+    path: str                                   # "{lead}": the target lead's id; "{note}": a note of it by its
+                                                # owner; "{task}": an open task on it, assigned to its owner
     ability: str | None                         # None: any valid token will do
     body: Callable[[Tenant], dict] | None = None
     success: int = 200
@@ -46,7 +47,11 @@ class Endpoint:
 
     @property
     def addresses_a_lead(self) -> bool:
-        return "{lead}" in self.path or self.addresses_a_note
+        return "{lead}" in self.path or self.addresses_a_note or self.addresses_a_task
+
+    @property
+    def addresses_a_task(self) -> bool:
+        return "{task}" in self.path
 
     @property
     def addresses_a_note(self) -> bool:
@@ -102,7 +107,19 @@ ENDPOINTS = [
     Endpoint("POST", "/api/v1/webhooks/{webhook}/deliveries/{delivery}/replay", "webhooks:manage", success=202,
              shows="other"),
     Endpoint("GET", "/api/v1/lost-reasons", None, shows="reference"),
+    Endpoint("GET", "/api/v1/leads/{lead}?include=tasks", "leads:read"),
+    Endpoint("POST", "/api/v1/leads/{lead}/tasks", "tasks:write", lambda t: MATRIX_TASK, success=201, shows="other"),
+    Endpoint("GET", "/api/v1/leads/{lead}/tasks", "leads:read", shows="other"),
+    Endpoint("GET", "/api/v1/tasks", "leads:read", shows="other"),
+    Endpoint("GET", "/api/v1/tasks?filter[assignee]=me&filter[due]=today", "leads:read", shows="other"),
+    Endpoint("GET", "/api/v1/tasks/{task}", "leads:read", shows="other"),
+    Endpoint("PATCH", "/api/v1/tasks/{task}", "tasks:write", lambda t: {"title": "Matrix follow-up"}, shows="other"),
+    Endpoint("POST", "/api/v1/tasks/{task}/complete", "tasks:write", lambda t: {"outcome": "Matrix outcome"},
+             shows="other"),
+    Endpoint("POST", "/api/v1/tasks/{task}/cancel", "tasks:write", shows="other"),
+    Endpoint("GET", "/api/v1/leads?filter[next_task]=overdue", "leads:read", shows="leads"),
 ]
+MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
 
 CALLERS = ["admin", "manager", "agent", "lacking", "revoked", "foreign"]
@@ -180,6 +197,11 @@ def world(request, client, tenants) -> World:
         moved = client.patch(f"/api/v1/leads/{lead['id']}", json={"owner": ws.ids.members[owner]}, headers=admin)
         assert moved.status_code == 200
         leads[target] = moved.json["data"]
+        if endpoint is not None and (endpoint.addresses_a_task or endpoint.path.startswith("/api/v1/tasks")
+                                     or "next_task" in endpoint.path):
+            task = client.post(f"/api/v1/leads/{lead['id']}/tasks", json=MATRIX_TASK, headers=admin)
+            assert task.status_code == 201, task.json
+            leads[target]["task"] = task.json["data"]["id"]
         if endpoint is not None and endpoint.addresses_a_note:
             note = client.post(f"/api/v1/leads/{lead['id']}/notes", json={"body": "Matrix note"},
                                headers=ws.headers(owner))
@@ -196,7 +218,8 @@ def world(request, client, tenants) -> World:
 @pytest.mark.parametrize("endpoint, caller, target", list(cases()))
 def test_scope_matrix(client, world, endpoint, caller, target):
     lead = world.leads.get(target)
-    path = endpoint.path.replace("{lead}", lead["id"]).replace("{note}", lead.get("note", "")) if lead else endpoint.path
+    path = (endpoint.path.replace("{lead}", lead["id"]).replace("{note}", lead.get("note", ""))
+            .replace("{task}", lead.get("task", "")) if lead else endpoint.path)
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
     headers = world.headers(caller, endpoint)

@@ -65,4 +65,4 @@ def test_other_thresholds_change_bands_in_responses_and_filters(make_app, ws, ma
 def test_the_documented_lead_schema_matches_what_the_api_returns(client, make_lead, ws):
     lead = make_lead(ws, email="s@example.com", custom_fields={"family_size": 2})
     assert LeadSchema().validate(lead) == {}
-    assert set(LeadSchema().fields) - {"activities", "notes"} == set(lead)
+    assert set(LeadSchema().fields) - {"activities", "notes", "tasks"} == set(lead)
