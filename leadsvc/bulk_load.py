@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import peewee as pw
 
-from . import routing
+from . import followups, routing
 from .db import database, is_postgres, transaction
 from .models import Activity, Lead, LeadNamePart, Task, Transition, Workspace, utcnow
 from .synthetic import (ACTIVITY_COLUMNS, CHUNK, LEAD_COLUMNS, NAME_PART_COLUMNS, TASK_COLUMNS, TRANSITION_COLUMNS,
@@ -124,6 +124,8 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
                     progress(out["size"])
             if fresh:
                 routing.recount_open_leads(workspace.id)   # its triggers were set aside
+            with transaction():
+                followups.arm_reminders_ahead(workspace.id, generator.now)
         gather_statistics()
     return written
 

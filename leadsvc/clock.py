@@ -27,9 +27,10 @@ from .models import Timer, utcnow
 
 log = logging.getLogger("leadsvc.clock")
 
-# fire(subject, due, now): the id of the row the timer is about, the time it was armed for, and
-# the tick's time (later than `due` after downtime or a retry).
-Handler = Callable[[int, datetime, datetime], None]
+# fire(subject, due, now, settings): the id of the row the timer is about, the time it was armed
+# for, the tick's time (later than `due` after downtime or a retry), and the running settings
+# (what a request would read from its app, such as the reference data's).
+Handler = Callable[[int, datetime, datetime, dict], None]
 HANDLERS: dict[str, Handler] = {}
 
 # Timers one transaction fires: enough that a backlog costs few commits, few enough that the
@@ -46,7 +47,7 @@ wake = threading.Event()
 
 
 def timer(kind: str) -> Callable[[Handler], Handler]:
-    """Register the function that fires timers of this kind: `fire(subject, due, now)`, called
+    """Register the function that fires timers of this kind: `fire(subject, due, now, settings)`, called
     in the transaction that deletes the timer. A recurring timer's function arms it again."""
     def register(handler: Handler) -> Handler:
         if HANDLERS.setdefault(kind, handler) is not handler:
@@ -81,6 +82,7 @@ class Clock:
     """Fires due timers: one `tick()`, or a tick every clock.interval seconds in a thread."""
 
     def __init__(self, settings: dict[str, Any], *, metrics: Any = None, clock: Callable[[], datetime] = utcnow):
+        self.settings = settings
         self.interval = settings["clock"]["interval"]
         self.metrics = metrics
         self.clock = clock
@@ -162,7 +164,7 @@ class Clock:
             try:
                 with transaction():   # nested: a savepoint
                     Timer.delete().where(Timer.id == row.id).execute()
-                    handler(row.subject, row.due_at, now)
+                    handler(row.subject, row.due_at, now, self.settings)
                 return True
             except Exception:
                 log.exception("timer %s of subject %d (due %s) failed; tried again later",

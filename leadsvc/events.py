@@ -32,9 +32,9 @@ from .refs import Refs
 
 LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
                "lead.note_added", "lead.note_edited", "lead.note_deleted", "lead.activity_logged", "lead.erased")
-# What happens to a lead's follow-ups (data: the task and its lead). The reminders, task.due and
-# task.overdue, join them with the clock that fires them.
-TASK_EVENTS = ("task.created", "task.updated", "task.completed", "task.cancelled")
+# What happens to a lead's follow-ups (data: the task and its lead); task.due and task.overdue are
+# fired by the clock, at the task's reminder and due times.
+TASK_EVENTS = ("task.created", "task.updated", "task.completed", "task.cancelled", "task.due", "task.overdue")
 TEST_EVENT = "webhook.test"
 EVENT_TYPES = (*LEAD_EVENTS, *TASK_EVENTS, TEST_EVENT)
 ROTATION_OVERLAP = timedelta(hours=24)   # how long the previous secret still signs after a rotation

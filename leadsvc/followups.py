@@ -10,24 +10,77 @@ through pipeline.log_activity, the code behind POST /leads/{id}/activities.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from . import events, pipeline
+import peewee as pw
+
+from . import clock, events, pipeline
 from .conditional import check_if_match, lock_lead
 from .db import for_update, transaction
 from .documents import task_json
 from .history import Actor, plain, record_activity, record_audit
-from .models import CONTACT_KINDS, NO_TASK, Lead, Member, Task, utcnow
+from .models import CONTACT_KINDS, NO_TASK, Lead, Member, Task, Timer, Workspace, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
-from .refs import Refs
+from .refs import Refs, cached_refs
 
+# The timer each of a task's times arms: its reminder, and its going overdue.
+REMINDERS = {"remind_at": "task.due", "due_at": "task.overdue"}
 # The fields a PATCH may change, in the order an audit entry lists them.
 TASK_FIELDS = ("kind", "title", "notes", "due_at", "remind_at", "assignee")
 
 
-def arm_reminders(task: Task) -> None:
-    """Called in the transaction of every change to a task (created, changed, closed)."""
-    # The clock arms (or disarms) the task's task.due and task.overdue timers here.
+def arm_reminders(task: Task, moved: Iterable[str] = ("remind_at", "due_at")) -> None:
+    """The task's timers, in the transaction of its change: while it is open, `task.due` at
+    remind_at (if any) and `task.overdue` at due_at, armed again when that time moved (a change
+    of anything else leaves a reminder that has fired alone); none once it is closed."""
+    if task.state != "open":
+        for kind in REMINDERS.values():
+            clock.disarm(kind, task.id)
+        return
+    if "remind_at" in moved:
+        if task.remind_at is None:
+            clock.disarm(REMINDERS["remind_at"], task.id)
+        else:
+            clock.arm(REMINDERS["remind_at"], task.id, task.workspace_id, task.remind_at)
+    if "due_at" in moved:
+        clock.arm(REMINDERS["due_at"], task.id, task.workspace_id, task.due_at)
+
+
+def arm_reminders_ahead(workspace_id: int, now: datetime) -> None:
+    """The timers of the workspace's open tasks whose times are still ahead, for tasks written in
+    bulk (the demo): as if the clock had run all along, what fell due before `now` has fired."""
+    for column, kind in REMINDERS.items():
+        time = getattr(Task, column)
+        due = Task.select(Task.workspace, pw.Value(kind), Task.id, time, time).where(
+            (Task.workspace == workspace_id) & (Task.state == "open") & (time > now))
+        Timer.insert_from(due, [Timer.workspace, Timer.kind, Timer.subject, Timer.due_at, Timer.fire_at]) \
+            .on_conflict_ignore().execute()
+
+
+@clock.timer("task.due")
+def remind(task_id: int, due: datetime, now: datetime, settings: dict) -> None:
+    """An open task's reminder time came: task.due."""
+    _announce("task.due", task_id, lambda task: task.remind_at == due, settings)
+
+
+@clock.timer("task.overdue")
+def overdue(task_id: int, due: datetime, now: datetime, settings: dict) -> None:
+    """An open task's due time passed: task.overdue."""
+    _announce("task.overdue", task_id, lambda task: task.due_at == due, settings)
+
+
+def _announce(event_type: str, task_id: int, still_due: Callable[[Task], bool], settings: dict) -> None:
+    """The task's event, if the task is still open, still due at the timer's time, and on a lead
+    that was not erased. Read without locks: a change to the task locks it before its timer, the
+    clock the timer first (docs/design.md, The clock)."""
+    task = Task.get_or_none(Task.id == task_id)
+    if task is None or task.state != "open" or not still_due(task):
+        return
+    lead = Lead.get_by_id(task.lead_id)
+    if lead.erased_at is not None:
+        return
+    refs = cached_refs(Workspace.get_by_id(task.workspace_id), settings)
+    events.record(refs, event_type, lead, lambda: {"task": task_json([task], refs)[0]})
 
 
 def create_task(lead: Lead, data: Mapping[str, Any], actor: Actor, refs: Refs) -> Task:
@@ -174,7 +227,7 @@ def sync_lead(lead: Lead) -> None:
 def _record_change(lead: Lead, task: Task, diff: dict[str, dict[str, Any]], actor: Actor, refs: Refs) -> None:
     record_audit(lead, actor, "task_updated", {"task": {"old": task.public_id, "new": task.public_id}, **diff})
     events.record(refs, "task.updated", lead, lambda: {"task": task_json([task], refs)[0], "changes": diff})
-    arm_reminders(task)
+    arm_reminders(task, diff)
 
 
 def _check_reachable(lead: Lead, kind: str) -> None:

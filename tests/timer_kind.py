@@ -18,7 +18,7 @@ failing: set[int] = set()   # leads whose timer raises after writing its event
 
 
 @clock.timer(KIND)
-def fire(subject: int, due: datetime, now: datetime) -> None:
+def fire(subject: int, due: datetime, now: datetime, settings: dict) -> None:
     lead = Lead.get_by_id(subject)
     events.write(lead.workspace_id, KIND, {"lead": lead.public_id, "due": due.isoformat()}, (), lead=lead.id)
     if subject in failing:
