@@ -22,6 +22,7 @@ from .documents import LEAD_COLUMNS
 from .fields import SPACE_PATTERN, comma_separated, list_items, trim
 from .models import NO_TASK, TASK_KINDS, TASK_STATES, Lead, Task, public_id_pattern, public_id_regex, utcnow
 from .refs import Refs
+from .schemas import PageQuery
 from .scoring import band_ranges
 
 PERIOD_KEYWORDS = ("today", "yesterday", "last_7_days", "last_30_days", "last_90_days", "this_week",
@@ -233,13 +234,11 @@ SORTS: dict[str, cursor.Order] = {
 }
 
 
-class LeadListQuery(LeadFilterQuery):
+class LeadListQuery(PageQuery, LeadFilterQuery):
     sort = ma.fields.String(load_default="-created_at", validate=ma.validate.OneOf(list(SORTS)),
                             metadata={"description": "Ties are broken by the lead's id; leads with no activity sort last "
                                                      "under -last_activity_at, leads without an open task last under "
                                                      "next_task_due_at."})
-    page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
-    page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
 
 
 def unknown_filters(args: Iterable[str], schema: type[ma.Schema] = LeadFilterQuery) -> list[str]:
@@ -400,12 +399,10 @@ class TaskFilterQuery(ma.Schema):
         return {key: data[key] for key in data if key in known or not FILTER_KEY.match(key)}
 
 
-class TaskListQuery(TaskFilterQuery):
+class TaskListQuery(PageQuery, TaskFilterQuery):
     sort = ma.fields.String(load_default="due_at", validate=ma.validate.OneOf(list(TASK_SORTS)), metadata={
         "description": "due_at: earliest first; -done_at: most recently closed (done or cancelled) first, open "
                        "tasks last. Ties are broken by the task's id."})
-    page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
-    page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
 
 
 def filter_tasks(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, me: int) -> pw.ModelSelect:

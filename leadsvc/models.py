@@ -24,10 +24,6 @@ PUBLIC_ID_LENGTH = ID_TIME_DIGITS + ID_RANDOM_DIGITS
 ROLES = ("admin", "manager", "agent")
 STATUS_KINDS = ("open", "won", "lost")
 FIELD_TYPES = ("text", "number", "boolean", "date", "choice")
-STRATEGIES = ("round_robin", "least_open", "member")
-ACTIVITY_KINDS = ("created", "updated", "status_changed", "assigned", "note", "call", "email",
-                  "meeting", "whatsapp", "sms", "visit", "duplicate_submission", "task_created", "task_cancelled",
-                  "task_completed")
 CONTACT_KINDS = ("call", "email", "meeting", "whatsapp", "sms", "visit")   # what a person logs by hand
 TASK_KINDS = ("call", "whatsapp", "email", "sms", "meeting", "visit", "todo")
 TASK_STATES = ("open", "done", "cancelled")

@@ -181,7 +181,9 @@ class ActivityCreateSchema(ma.Schema):
             raise ma.ValidationError("An activity cannot have happened in the future.")
 
 
-class HistoryQuery(ma.Schema):
+class PageQuery(ma.Schema):
+    """page[size] and page[after], as every cursor-paginated list takes them."""
+
     page_size = ma.fields.Integer(data_key="page[size]", load_default=50, validate=ma.validate.Range(1, 200))
     page_after = ma.fields.String(data_key="page[after]", metadata={"description": "The cursor from links.next."})
 

@@ -18,7 +18,7 @@ from .history import actor
 from .listing import TaskListQuery, page_document, task_page, unknown_filters
 from .models import Lead, Task
 from .refs import request_refs
-from .schemas import HistoryQuery, TaskCompleteSchema, TaskCreateSchema, TaskPatchSchema
+from .schemas import PageQuery, TaskCompleteSchema, TaskCreateSchema, TaskPatchSchema
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1",
                 description="Follow-ups on leads: who to call next, and what came of it.")
@@ -48,7 +48,7 @@ def lead_task_phases(lead: Lead) -> list[cursor.Phase]:
 class LeadTasks(MethodView):
     @blp.doc(operationId="listLeadTasks")
     @requires("leads:read")
-    @blp.arguments(HistoryQuery(), location="query")
+    @blp.arguments(PageQuery(), location="query")
     @blp.response(200, page_of(TaskSchema, LeadListMetaSchema))
     def get(self, params, public_id):
         """List a lead's tasks: open ones by due time, then closed ones, most recent first"""

@@ -22,7 +22,7 @@ from .history import actor
 from .listing import page_document
 from .models import AuditEntry, Lead, Note, Transition
 from .refs import request_refs
-from .schemas import ActivityCreateSchema, HistoryQuery, NoteCreateSchema
+from .schemas import ActivityCreateSchema, PageQuery, NoteCreateSchema
 
 blp = Blueprint("timeline", __name__, url_prefix="/api/v1",
                 description="A lead's timeline (notes, logged contacts) and its history (stage moves, audit).")
@@ -49,7 +49,7 @@ def history_page(kind: str, model: type[pw.Model], lead: Lead, params: dict, doc
 class LeadNotes(MethodView):
     @blp.doc(operationId="listLeadNotes")
     @requires("leads:read")
-    @blp.arguments(HistoryQuery(), location="query")
+    @blp.arguments(PageQuery(), location="query")
     @blp.response(200, page_of(NoteSchema))
     def get(self, params, public_id):
         """List a lead's notes, newest first"""
@@ -111,7 +111,7 @@ class LeadActivities(MethodView):
 class LeadTransitions(MethodView):
     @blp.doc(operationId="listLeadTransitions")
     @requires("leads:read")
-    @blp.arguments(HistoryQuery(), location="query")
+    @blp.arguments(PageQuery(), location="query")
     @blp.response(200, page_of(TransitionSchema))
     def get(self, params, public_id):
         """List a lead's stage moves, oldest first"""
@@ -123,7 +123,7 @@ class LeadTransitions(MethodView):
 class LeadAudit(MethodView):
     @blp.doc(operationId="listLeadAuditEntries")
     @requires("audit:read")
-    @blp.arguments(HistoryQuery(), location="query")
+    @blp.arguments(PageQuery(), location="query")
     @blp.response(200, page_of(AuditEntrySchema))
     def get(self, params, public_id):
         """List a lead's audit entries, oldest first"""

@@ -20,7 +20,7 @@ from .idempotency import shows_secret
 from .listing import page_document
 from .models import DELIVERY_STATES, Delivery, Event, Webhook, Workspace, public_id_pattern, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
-from .schemas import HistoryQuery, NoQuery
+from .schemas import PageQuery, NoQuery
 
 blp = Blueprint("webhooks", __name__, url_prefix="/api/v1/webhooks",
                 description="HTTPS endpoints that receive the workspace's events, signed (Standard Webhooks).")
@@ -100,7 +100,7 @@ class States(ma.fields.String):
         return sorted(set(states))
 
 
-class DeliveriesQuery(HistoryQuery):
+class DeliveriesQuery(PageQuery):
     state = States(data_key="filter[state]", metadata={
         "description": "pending, failed, succeeded, dead; comma-separated.",
         "pattern": comma_separated(f"({'|'.join(DELIVERY_STATES)})")})

@@ -16,7 +16,7 @@ from leadsvc import cursor
 from leadsvc.export import ExportQuery
 from leadsvc.listing import SORTS, LeadListQuery, Period, ReportFilterQuery, binding, parse_period
 from leadsvc.problems import ValidationFailed
-from leadsvc.schemas import ActivityCreateSchema, HistoryQuery, LeadReadQuery
+from leadsvc.schemas import ActivityCreateSchema, PageQuery, LeadReadQuery
 from leadsvc.timeline import HISTORY_ORDERS
 
 # Reproducible in CI; enough examples to reach the corners the strategies aim at.
@@ -105,7 +105,7 @@ QUERY_SCHEMAS = {
                                   "filter[created_at]", "filter[bogus]", "sort", "page[size]", "page[after]"]),
     "export": (ExportQuery, ["filter[status]", "filter[source]", "filter[score_band]", "filter[created_at]", "sort"]),
     "reports": (ReportFilterQuery, ["filter[created_at]", "filter[source]", "filter[owner]"]),
-    "history": (HistoryQuery, ["page[size]", "page[after]"]),
+    "history": (PageQuery, ["page[size]", "page[after]"]),
     "lead read": (LeadReadQuery, ["include"]),
 }
 ID_LIKE = st.lists(st.sampled_from(["st_", "mem_", "src_", "ld_", ""]).flatmap(
