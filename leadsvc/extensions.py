@@ -43,6 +43,8 @@ class ApiParser(FlaskParser):
             data = core.missing
         else:
             data = parse_json_body(req.get_data(cache=True))
+        if data is core.missing and getattr(getattr(schema, "Meta", None), "body_optional", False):
+            return {}   # every field is optional, and so is the body (documented with required=False)
         if data is core.missing or not isinstance(data, dict):
             # An empty body, or JSON that is not an object: say so instead of per-field "Missing data".
             what = "empty" if data is core.missing else JSON_TYPE_NAMES[type(data)]

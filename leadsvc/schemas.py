@@ -238,6 +238,9 @@ class TaskCreateSchema(TaskPatchSchema):
 
 
 class TaskCompleteSchema(ma.Schema):
+    class Meta:
+        body_optional = True   # "complete it" needs nothing more
+
     outcome = Text(OUTCOME_LENGTH, allow_none=True, metadata={
         "description": "What came of it; the logged activity's summary (else the title)."})
 

@@ -110,7 +110,7 @@ class TaskResource(MethodView):
 class TaskCompletion(MethodView):
     @blp.doc(operationId="completeTask")
     @requires("tasks:write")
-    @blp.arguments(TaskCompleteSchema())
+    @blp.arguments(TaskCompleteSchema(), required=False)
     @blp.response(200, TaskDocumentSchema, headers=ETAG_HEADER)
     @blp.alt_response(409, response="CONFLICT")
     @blp.alt_response(412, response="PRECONDITION_FAILED")

@@ -147,6 +147,17 @@ def test_completing_a_todo_logs_task_completed(client, ws, make_lead):
     assert after["activities"][0]["kind"] == "task_completed" and after["last_activity_at"] is None
 
 
+def test_a_task_completes_without_a_body_and_summarizes_by_its_title(client, ws, make_lead):
+    lead = make_lead(ws, owner="n1@t.test")
+    task = add_task(client, ws, lead["id"], kind="todo", title="Send the brochure")
+    done = client.post(f"/api/v1/tasks/{task['id']}/complete", headers=ws.headers())
+    assert done.status_code == 200 and done.json["data"]["state"] == "done" and done.json["data"]["outcome"] is None
+    assert lead_of(client, ws, lead["id"], "?include=activities")["activities"][0]["summary"] == "Send the brochure"
+    again = client.post(f"/api/v1/tasks/{task['id']}/complete", data="[]", content_type="application/json",
+                        headers=ws.headers())
+    assert again.status_code == 422 and "body" in again.json["errors"]
+
+
 def test_completing_a_call_on_a_do_not_contact_lead_is_409_and_changes_nothing(client, ws, make_lead):
     lead = make_lead(ws, owner="n1@t.test")
     task = add_task(client, ws, lead["id"])
