@@ -240,25 +240,31 @@ def sees_whole_workspace(who: Caller) -> bool:
     return who.role == "admin"
 
 
-def _lead_bound(who: Caller) -> tuple[pw.ForeignKeyField, int | None]:
-    """The leads a caller may see: its own (agent), its team's (manager), its workspace's (admin),
-    as the lead column and the value it must hold (None: a manager without a team sees none)."""
-    if sees_whole_workspace(who):
-        return Lead.workspace, who.workspace.id
-    if who.role == "manager":
-        return Lead.team, who.member.team_id
-    return Lead.owner, who.member.id
+def _lead_bound(member: Member) -> tuple[pw.ForeignKeyField, int | None]:
+    """The leads a member (and so its tokens) may see: its own (agent), its team's (manager), its
+    workspace's (admin), as the lead column and the value it must hold (None: a manager without a
+    team sees none)."""
+    if member.role == "admin":
+        return Lead.workspace, member.workspace_id
+    if member.role == "manager":
+        return Lead.team, member.team_id
+    return Lead.owner, member.id
 
 
 def lead_scope(who: Caller) -> pw.Expression:
     """The leads a caller may see, as a condition on the lead table."""
-    column, value = _lead_bound(who)
+    column, value = _lead_bound(who.member)
     return column == value if value is not None else pw.SQL("1 = 0")
 
 
 def in_lead_scope(who: Caller, lead: Lead) -> bool:
     """Whether a lead row just read lies in the caller's scope: the same bound as lead_scope."""
-    column, value = _lead_bound(who)
+    return member_sees_lead(who.member, lead)
+
+
+def member_sees_lead(member: Member, lead: Lead) -> bool:
+    """Whether the member's scope holds the lead (row just read): the bound of lead_scope."""
+    column, value = _lead_bound(member)
     return value is not None and getattr(lead, column.object_id_name) == value
 
 
@@ -292,7 +298,7 @@ _TASK_SCOPE_COLUMNS = {"workspace": Task.workspace, "team": Task.lead_team, "own
 
 def task_scope(who: Caller) -> pw.Expression:
     """The tasks a caller may see: those on the leads it may see, whoever they are assigned to."""
-    column, value = _lead_bound(who)
+    column, value = _lead_bound(who.member)
     return _TASK_SCOPE_COLUMNS[column.name] == value if value is not None else pw.SQL("1 = 0")
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 import peewee as pw
 
 from . import clock, events, pipeline
+from .auth import member_sees_lead
 from .conditional import check_if_match, lock_lead
 from .db import for_update, transaction
 from .documents import task_json
@@ -249,9 +250,7 @@ def _assignee(public_id: str | None, lead: Lead, actor: Actor, refs: Refs) -> Me
         member = refs.members.get(lead.owner_id) or actor.member
     else:
         member = refs.by_public_id(refs.members, public_id)
-    sees_lead = member is not None and (member.id == lead.owner_id or member.role == "admin" or (
-        member.role == "manager" and lead.team_id is not None and member.team_id == lead.team_id))
-    if not sees_lead:
+    if member is None or not member_sees_lead(member, lead):
         raise ValidationFailed.field("assignee", "The assignee must be the lead's owner, a manager of the lead's team "
                                                  "or an admin: someone who sees the lead.")
     if not member.active:
