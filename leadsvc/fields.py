@@ -266,3 +266,18 @@ class UtcAwareDateTime(ma.fields.AwareDateTime):
             return moment.astimezone(UTC).replace(tzinfo=None)
         except OverflowError:   # 0001-01-01T00:00:00+00:01 is in year 0 in UTC
             raise self.make_error("out_of_range") from None
+
+
+class Choices(ma.fields.String):
+    """Comma-separated values, each one of `choices` (OR)."""
+
+    def __init__(self, choices: tuple[str, ...], **kwargs):
+        self.choices = choices
+        super().__init__(metadata={"description": f"{', '.join(choices)}; comma-separated for several.",
+                                   "pattern": comma_separated(f"({'|'.join(choices)})")}, **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        items = list_items(super()._deserialize(value, attr, data, **kwargs))
+        if any(item not in self.choices for item in items):
+            raise ma.ValidationError(f"Use {', '.join(self.choices)}, comma-separated.")
+        return sorted(set(items))

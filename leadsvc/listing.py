@@ -19,7 +19,7 @@ from . import cursor, search
 from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS
-from .fields import SPACE_PATTERN, comma_separated, list_items, trim
+from .fields import SPACE_PATTERN, Choices, comma_separated, list_items, trim
 from .models import NO_TASK, TASK_KINDS, TASK_STATES, Lead, Task, public_id_pattern, public_id_regex, utcnow
 from .refs import Refs
 from .schemas import PageQuery
@@ -362,21 +362,6 @@ class Assignees(IdList):
         if bad:
             raise ma.ValidationError(f"Not mem_... ids nor me: {', '.join(bad)}.")
         return items
-
-
-class Choices(ma.fields.String):
-    """Comma-separated values, each one of `choices` (OR)."""
-
-    def __init__(self, choices: tuple[str, ...], **kwargs):
-        self.choices = choices
-        super().__init__(metadata={"description": f"{', '.join(choices)}; comma-separated for several.",
-                                   "pattern": comma_separated(f"({'|'.join(choices)})")}, **kwargs)
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        items = list_items(super()._deserialize(value, attr, data, **kwargs))
-        if any(item not in self.choices for item in items):
-            raise ma.ValidationError(f"Use {', '.join(self.choices)}, comma-separated.")
-        return sorted(set(items))
 
 
 TASK_SORTS: dict[str, cursor.Order] = {

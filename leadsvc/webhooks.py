@@ -15,7 +15,7 @@ from .config import settings
 from .db import NO_KEY_UPDATE, database, for_update, transaction
 from .documents import one, page_of, whole_page
 from .extensions import Blueprint
-from .fields import JsonBoolean, Text, UtcDateTime, comma_separated, list_items
+from .fields import Choices, JsonBoolean, Text, UtcDateTime
 from .idempotency import shows_secret
 from .listing import page_document
 from .models import DELIVERY_STATES, Delivery, Event, Webhook, Workspace, public_id_pattern, utcnow
@@ -92,18 +92,8 @@ class DeliverySchema(ma.Schema):
     created_at = UtcDateTime(required=True)
 
 
-class States(ma.fields.String):
-    def _deserialize(self, value, attr, data, **kwargs):
-        states = list_items(super()._deserialize(value, attr, data, **kwargs))
-        if any(state not in DELIVERY_STATES for state in states):
-            raise ma.ValidationError(f"Use {', '.join(DELIVERY_STATES)}, comma-separated.")
-        return sorted(set(states))
-
-
 class DeliveriesQuery(PageQuery):
-    state = States(data_key="filter[state]", metadata={
-        "description": "pending, failed, succeeded, dead; comma-separated.",
-        "pattern": comma_separated(f"({'|'.join(DELIVERY_STATES)})")})
+    state = Choices(DELIVERY_STATES, data_key="filter[state]")
 
 
 # --- what the API and the CLI do -------------------------------------------------------------
