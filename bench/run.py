@@ -59,8 +59,9 @@ WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent 
 # is what a single create's request costs around it (HTTP, token, rate limit, parsing, reference data).
 BATCH_SIZE = 100
 CLOCK_TICKS = 100
-# One process on the database, as `leadsvc worker` runs the clock: a tick to connect and warm the
-# statement, then CLOCK_TICKS timed ones (the bench database has no timers, so nothing is due).
+# One process on the database, as `leadsvc worker` runs the clock: a first tick fires what fell due
+# since the database was built (its open tasks' timers: the catch-up of a worker that was down) and
+# warms the connection, then CLOCK_TICKS timed ones, with nothing due.
 CLOCK_TICK = """
 import json, os, statistics, sys, time
 from leadsvc import create_app
@@ -70,15 +71,15 @@ from leadsvc.models import Timer, utcnow
 app = create_app(config_file=os.devnull)
 migrate()
 clock = Clock(app.config["LEADSVC"])
+caught_up = clock.tick()
 due = Timer.select().where(Timer.fire_at <= utcnow()).count()
-clock.tick()
 times = []
 for _ in range(int(sys.argv[1])):
     started = time.perf_counter()
     clock.tick()
     times.append((time.perf_counter() - started) * 1000)
 print(json.dumps({"median_ms": round(statistics.median(times), 3), "max_ms": round(max(times), 3),
-                  "ticks": len(times), "due": due}))
+                  "ticks": len(times), "due": due, "caught_up": caught_up}))
 """
 SEARCHES = ("phone suffix (5 digits)", "full e-mail", "name prefix (3 letters)", "rare name prefix (3 letters)",
             "first and last name")
@@ -558,7 +559,8 @@ def measure_clock(db: Database, service_root: str | None = None) -> dict:
 def clock_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     c = r["clock"]
     return [("one clock tick with nothing due (median)", f"< {TARGETS['clock_tick_ms']:.0f} ms",
-             f"{c['median_ms']:.2f} ms (max {c['max_ms']:.2f} ms, {c['ticks']} ticks, {c['due']} timers due)",
+             f"{c['median_ms']:.2f} ms (max {c['max_ms']:.2f} ms, {c['ticks']} ticks; the first fired "
+             f"{c.get('caught_up', 0)} timers due since the build)",
              c["median_ms"] < TARGETS["clock_tick_ms"] and not c["due"])]
 
 
