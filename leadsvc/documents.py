@@ -445,7 +445,8 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
 
 
 def task_documents(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
-    """Tasks as TaskSchema dumps them, their leads' names and creators' tokens read in one query each."""
+    """Tasks as the API shows them (TaskSchema), built by hand like lead documents (docs/design.md,
+    Responses), their leads' names and creators' tokens read in one query each."""
     lead_ids = {task.lead_id for task in tasks}
     leads = {row.id: row for row in Lead.select(Lead.id, Lead.public_id, Lead.first_name, Lead.last_name,
                                                   Lead.erased_at).where(Lead.id.in_(lead_ids))} if lead_ids else {}
@@ -458,19 +459,15 @@ def task_documents(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
             "id": task.public_id,
             "lead": {"id": lead.public_id, "full_name": None if lead.erased_at else
                      f"{lead.first_name or ''} {lead.last_name or ''}".strip()},
-            "kind": task.kind, "title": task.title, "notes": task.notes, "due_at": task.due_at,
-            "remind_at": task.remind_at, "assignee": refs.members.get(task.assignee_id), "state": task.state,
-            "done_at": task.done_at, "outcome": task.outcome, "created_at": task.created_at,
+            "kind": task.kind, "title": task.title, "notes": task.notes, "due_at": rfc3339(task.due_at),
+            "remind_at": rfc3339(task.remind_at), "assignee": ref(refs.members.get(task.assignee_id)),
+            "state": task.state, "done_at": rfc3339(task.done_at), "outcome": task.outcome,
+            "created_at": rfc3339(task.created_at),
             "created_by": {"token": tokens.get(task.actor_token_id),
-                           "member": refs.members.get(task.actor_member_id)},
+                           "member": ref(refs.members.get(task.actor_member_id))},
             "overdue": task.state == "open" and task.due_at < now,
         })
     return documents
-
-
-def task_json(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
-    """Tasks as JSON-ready data, for documents built by hand (a lead's include=tasks, events)."""
-    return TaskSchema(many=True).dump(task_documents(tasks, refs))
 
 
 def consent_document(consent: Consent, source: str | None) -> dict[str, Any]:

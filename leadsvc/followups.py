@@ -18,7 +18,7 @@ from . import clock, events, pipeline
 from .auth import member_sees_lead
 from .conditional import check_if_match, lock_lead
 from .db import for_update, transaction
-from .documents import task_json
+from .documents import task_documents
 from .history import Actor, plain, record_activity, record_audit
 from .models import CONTACT_KINDS, NO_TASK, Lead, Member, Task, Timer, Workspace, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
@@ -81,7 +81,7 @@ def _announce(event_type: str, task_id: int, still_due: Callable[[Task], bool], 
     if lead.erased_at is not None:
         return
     refs = cached_refs(Workspace.get_by_id(task.workspace_id), settings)
-    events.record(refs, event_type, lead, lambda: {"task": task_json([task], refs)[0]})
+    events.record(refs, event_type, lead, lambda: {"task": task_documents([task], refs)[0]})
 
 
 def create_task(lead: Lead, data: Mapping[str, Any], actor: Actor, refs: Refs) -> Task:
@@ -104,7 +104,7 @@ def create_task(lead: Lead, data: Mapping[str, Any], actor: Actor, refs: Refs) -
         record_audit(current, actor, "task_created", {
             "task": {"old": None, "new": task.public_id},
             **{name: {"old": None, "new": plain(value)} for name, value in recorded.items() if value is not None}})
-        events.record(refs, "task.created", current, lambda: {"task": task_json([task], refs)[0]})
+        events.record(refs, "task.created", current, lambda: {"task": task_documents([task], refs)[0]})
         arm_reminders(task)
     return task
 
@@ -160,7 +160,7 @@ def complete_task(task: Task, outcome: str | None, actor: Actor, refs: Refs, *, 
         record_audit(lead, actor, "task_completed", {"task": {"old": current.public_id, "new": current.public_id},
                                                      "state": {"old": "open", "new": "done"},
                                                      **({"outcome": {"old": None, "new": outcome}} if outcome else {})})
-        events.record(refs, "task.completed", lead, lambda: {"task": task_json([current], refs)[0]})
+        events.record(refs, "task.completed", lead, lambda: {"task": task_documents([current], refs)[0]})
         arm_reminders(current)
     return current
 
@@ -180,7 +180,7 @@ def cancel_task(task: Task, actor: Actor, refs: Refs, *, if_match: str | None = 
         sync_lead(lead)
         record_audit(lead, actor, "task_cancelled", {"task": {"old": current.public_id, "new": current.public_id},
                                                      "state": {"old": "open", "new": "cancelled"}})
-        events.record(refs, "task.cancelled", lead, lambda: {"task": task_json([current], refs)[0]})
+        events.record(refs, "task.cancelled", lead, lambda: {"task": task_documents([current], refs)[0]})
         arm_reminders(current)
     return current
 
@@ -227,7 +227,7 @@ def sync_lead(lead: Lead) -> None:
 
 def _record_change(lead: Lead, task: Task, diff: dict[str, dict[str, Any]], actor: Actor, refs: Refs) -> None:
     record_audit(lead, actor, "task_updated", {"task": {"old": task.public_id, "new": task.public_id}, **diff})
-    events.record(refs, "task.updated", lead, lambda: {"task": task_json([task], refs)[0], "changes": diff})
+    events.record(refs, "task.updated", lead, lambda: {"task": task_documents([task], refs)[0], "changes": diff})
     arm_reminders(task, diff)
 
 

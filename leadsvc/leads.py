@@ -13,7 +13,7 @@ from .conditional import ETAG_HEADER, etag
 from .config import settings
 from .documents import (ActorNames, LeadBatchResultSchema, LeadCreatedSchema, LeadDuplicateSchema, LeadListMetaSchema,
                         LeadSchema, StatusMoveResultSchema, activity_document, prebuilt_response, lead_document,
-                        note_document, one, page_of, task_json, transition_document)
+                        note_document, one, page_of, task_documents, transition_document)
 from .extensions import Blueprint
 from .history import actor
 from .listing import LeadListQuery, lead_page, page_document, unknown_filters
@@ -128,7 +128,7 @@ class LeadResource(MethodView):
         if "tasks" in includes:
             rows = list(Task.select().where((Task.lead == lead.id) & (Task.state == "open"))
                         .order_by(Task.due_at, Task.public_id).limit(TIMELINE_LIMIT))
-            document["tasks"] = task_json(rows, refs)
+            document["tasks"] = task_documents(rows, refs)
         return prebuilt_response({"data": document}, headers={"ETag": tag})
 
     @blp.doc(operationId="updateLead")

@@ -21,7 +21,7 @@ from .auth import caller, requires, visible_lead_or_404
 from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
 from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, activity_document, audit_document,
-                        consent_document, prebuilt_response, lead_document, note_document, one, task_json,
+                        consent_document, prebuilt_response, lead_document, note_document, one, task_documents,
                         transition_document)
 from .extensions import Blueprint
 from .history import Actor, actor, plain, record_audit
@@ -140,7 +140,7 @@ def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:
     return {**lead_document(lead, refs),
             "activities": [activity_document(row, names) for row in activities],
             "notes": [note_document(row, names) for row in notes],
-            "tasks": task_json(tasks, refs),
+            "tasks": task_documents(tasks, refs),
             "transitions": [transition_document(row, names) for row in transitions],
             "consents": [consent_document(row, sources.get((row.form_id, row.token_id))) for row in consents],
             "audit": [audit_document(row, names) for row in audit]}

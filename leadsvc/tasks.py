@@ -12,7 +12,7 @@ from flask.views import MethodView
 from . import cursor, followups
 from .auth import caller, requires, visible_lead_or_404, visible_task_or_404, visible_tasks
 from .conditional import ETAG_HEADER, etag
-from .documents import LeadListMetaSchema, TaskDocumentSchema, TaskSchema, page_of, task_documents
+from .documents import LeadListMetaSchema, TaskDocumentSchema, TaskSchema, page_of, prebuilt_response, task_documents
 from .extensions import Blueprint
 from .history import actor
 from .listing import TaskListQuery, page_document, task_page, unknown_filters
@@ -30,7 +30,8 @@ def task_url(public_id: str) -> str:
 
 def answer(task: Task, status: int = 200, headers: dict[str, str] | None = None):
     """A task's document, with its ETag."""
-    return {"data": task_documents([task], request_refs())[0]}, status, {"ETag": etag(task), **(headers or {})}
+    return prebuilt_response({"data": task_documents([task], request_refs())[0]}, status,
+                             {"ETag": etag(task), **(headers or {})})
 
 
 def lead_task_phases(lead: Lead) -> list[cursor.Phase]:
@@ -54,7 +55,7 @@ class LeadTasks(MethodView):
         """List a lead's tasks: open ones by due time, then closed ones, most recent first"""
         lead = visible_lead_or_404(public_id)
         rows, after = cursor.phased_page(lead_task_phases(lead), params["page_size"], params.get("page_after"))
-        return page_document(task_documents(rows, request_refs()), after)
+        return prebuilt_response(page_document(task_documents(rows, request_refs()), after))
 
     @blp.doc(operationId="createLeadTask")
     @requires("tasks:write")
@@ -81,7 +82,7 @@ class Tasks(MethodView):
             return {"data": [], "links": {"next": None}, "meta": {"has_more": False, "unknown_filters": unknown}}
         refs = request_refs()
         rows, after = task_page(visible_tasks(), params, refs, caller().member.id)
-        return page_document(task_documents(rows, refs), after)
+        return prebuilt_response(page_document(task_documents(rows, refs), after))
 
 
 @blp.route("/tasks/<task_id:public_id>")

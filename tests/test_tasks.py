@@ -49,6 +49,22 @@ def test_a_new_task_goes_to_the_leads_owner_and_shows_on_the_lead(client, ws, ma
     assert audit.action == "task_created" and audit.changes["task"]["new"] == task["id"]
 
 
+def test_a_task_document_built_by_hand_is_exactly_what_the_task_schema_publishes(client, ws, make_lead):
+    from leadsvc.documents import TaskSchema
+
+    lead = make_lead(ws, owner="n1@t.test")
+    task = add_task(client, ws, lead["id"], remind_at=at(hours=2), notes="Ask about parking")
+    done = client.post(f"/api/v1/tasks/{task['id']}/complete", json={"outcome": "Visiting Sunday"},
+                       headers=ws.headers()).json["data"]
+    listed = client.get("/api/v1/tasks?filter[state]=done", headers=ws.headers()).json["data"]
+    for document in (task, done, *listed):
+        assert TaskSchema().validate(document) == {} and set(TaskSchema().fields) == set(document)
+    row = Task.get(Task.public_id == done["id"])
+    times = ("due_at", "remind_at", "done_at", "created_at")
+    assert TaskSchema(only=times).dump({name: getattr(row, name) for name in times}) == {
+        name: done[name] for name in times}, "times as the schema writes them"
+
+
 def test_a_task_reads_with_its_etag(client, ws, make_lead):
     task = add_task(client, ws, make_lead(ws, owner="n1@t.test")["id"])
     response = client.get(f"/api/v1/tasks/{task['id']}", headers=ws.headers("n1@t.test"))
