@@ -416,3 +416,41 @@ def test_an_agent_holding_tasks_write_works_its_own_leads(client, ws, make_lead)
     refused = client.post(f"/api/v1/leads/{lead['id']}/tasks", json={"kind": "todo", "title": "x", "due_at": at(days=1)},
                           headers=ws.headers(agent, ("leads:read",)))
     assert refused.status_code == 403
+
+
+@pytest.mark.only_on("sqlite")
+def test_migrating_a_database_with_statistics_keeps_the_lead_lists_on_their_indexes(backend, tmp_path, request):
+    """A SQLite database with planner statistics (a bulk load gathers them) but none for the lead's
+    new task_sort_at indexes would have its planner take those for the best, and sort a whole
+    workspace for every other sort's first page: 0017 gathers theirs."""
+    from datetime import datetime
+
+    import peewee as pw
+
+    from conftest import fresh_database
+    from leadsvc.db import MigrationRunner
+    from leadsvc.models import new_public_id
+
+    db = fresh_database(backend, tmp_path, request)
+    runner = MigrationRunner(db, table_name="schema_migration")
+    with db.atomic():
+        runner.up(target="0016_timers")
+    now = datetime(2026, 1, 1)
+    pw.Table("workspace").bind(db).insert(public_id=new_public_id("ws_"), name="Stats", timezone="Asia/Kolkata",
+                                          currency="INR", created_at=now, refs_version=0).execute()
+    workspace = db.execute_sql("SELECT id FROM workspace").fetchone()[0]
+    status = pw.Table("status").bind(db).insert(workspace_id=workspace, public_id=new_public_id("st_"), name="New",
+                                                position=1, kind="open").execute()
+    leads = pw.Table("lead").bind(db)
+    for n in range(300):
+        leads.insert(workspace_id=workspace, public_id=new_public_id("ld_"), status_id=status, first_name="Asha",
+                     last_name="Rao", custom_fields="{}",
+                     score_reasons="[]", score=n % 7, engagement=0, version=1, created_at=now, updated_at=now,
+                     status_changed_at=now, activity_sort_at=now).execute()
+    db.execute_sql("ANALYZE")
+    with db.atomic():
+        runner.up()
+    plan = " ".join(str(row[-1]) for row in db.execute_sql(
+        'EXPLAIN QUERY PLAN SELECT id FROM lead WHERE workspace_id = ? ORDER BY created_at DESC, public_id DESC '
+        'LIMIT 51', (workspace,)))
+    assert "lead_workspace_id_created_at_public_id" in plan and "TEMP B-TREE" not in plan, plan

@@ -90,6 +90,16 @@ def up(migrator, db):
                 (('lead', 'state', 'due_at', 'public_id'), False),
             )
     db.create_tables([Task])
+    # Statistics for the new lead indexes and columns. A SQLite database that has statistics (a
+    # bulk load gathers them) but none for these indexes has its planner take them for the best,
+    # and every other sort's first page then sorts the workspace's leads.
+    if isinstance(db, PostgresqlDatabase):
+        db.execute_sql('ANALYZE "lead" ("task_sort_at", "next_task_due_at", "open_tasks")')
+    elif db.execute_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone():
+        db.execute_sql('PRAGMA analysis_limit = 1000')   # a sample of each index is enough
+        for scope in ('workspace_id', 'team_id', 'owner_id'):
+            db.execute_sql(f'ANALYZE "lead_{scope}_task_sort_at_public_id"')
+        db.execute_sql('PRAGMA analysis_limit = 0')
 
 
 def down(migrator, db):
