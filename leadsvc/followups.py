@@ -113,10 +113,7 @@ def update_task(task: Task, changes: Mapping[str, Any], actor: Actor, refs: Refs
                 if_match: str | None = None) -> Task:
     """Change the fields sent of an open task (409 once done or cancelled); none changed writes nothing."""
     with transaction():
-        lead, current = lock_task(task, actor)
-        check_if_match(current, if_match, "task")
-        if current.state != "open":
-            raise Conflict(f"Task {current.public_id} is {current.state}: it can no longer change.")
+        lead, current = lock_open_task(task, actor, if_match)
         wanted = {name: changes[name] for name in TASK_FIELDS if name in changes and name != "assignee"}
         if "assignee" in changes:
             wanted["assignee"] = _assignee(changes["assignee"], lead, actor, refs)
@@ -143,46 +140,44 @@ def complete_task(task: Task, outcome: str | None, actor: Actor, refs: Refs, *, 
     """Mark an open task done (409 otherwise) and log what was done: a contact task's activity, as
     POST /leads/{id}/activities logs it (last_activity_at, score, do-not-contact), else task_completed."""
     with transaction():
-        lead, current = lock_task(task, actor)
-        check_if_match(current, if_match, "task")
-        if current.state != "open":
-            raise Conflict(f"Task {current.public_id} is already {current.state}.")
+        lead, current = lock_open_task(task, actor, if_match)
         now = utcnow()
-        current.state, current.done_at, current.closed_at, current.outcome = "done", now, now, outcome
-        current.version, current.updated_at = current.version + 1, now
-        current.save()
+        current.done_at, current.outcome = now, outcome
         summary, data = outcome or current.title, {"task": current.public_id}
         if current.kind in CONTACT_KINDS:
             lead, _ = pipeline.log_activity(lead, current.kind, summary, None, actor, refs, data)
         else:
             record_activity(lead, actor, "task_completed", summary, data)
-        sync_lead(lead)
-        record_audit(lead, actor, "task_completed", {"task": {"old": current.public_id, "new": current.public_id},
-                                                     "state": {"old": "open", "new": "done"},
-                                                     **({"outcome": {"old": None, "new": outcome}} if outcome else {})})
-        events.record(refs, "task.completed", lead, lambda: {"task": task_documents([current], refs)[0]})
-        arm_reminders(current)
+        _close(lead, current, "done", now, actor, refs, {"outcome": {"old": None, "new": outcome}} if outcome else {})
     return current
 
 
 def cancel_task(task: Task, actor: Actor, refs: Refs, *, if_match: str | None = None) -> Task:
     """Cancel an open task (409 otherwise): its timeline entry, audit entry and event."""
     with transaction():
-        lead, current = lock_task(task, actor)
-        check_if_match(current, if_match, "task")
-        if current.state != "open":
-            raise Conflict(f"Task {current.public_id} is already {current.state}.")
-        now = utcnow()
-        current.state, current.closed_at = "cancelled", now
-        current.version, current.updated_at = current.version + 1, now
-        current.save()
+        lead, current = lock_open_task(task, actor, if_match)
         record_activity(lead, actor, "task_cancelled", current.title, {"task": current.public_id})
-        sync_lead(lead)
-        record_audit(lead, actor, "task_cancelled", {"task": {"old": current.public_id, "new": current.public_id},
-                                                     "state": {"old": "open", "new": "cancelled"}})
-        events.record(refs, "task.cancelled", lead, lambda: {"task": task_documents([current], refs)[0]})
-        arm_reminders(current)
+        _close(lead, current, "cancelled", utcnow(), actor, refs)
     return current
+
+
+# What closing a task in each way is called in audit entries (task_...) and events (task....).
+CLOSED_AS = {"done": "completed", "cancelled": "cancelled"}
+
+
+def _close(lead: Lead, task: Task, state: str, now: datetime, actor: Actor, refs: Refs,
+           changes: Mapping[str, Any] | None = None) -> None:
+    """Save the locked open task as closed (done or cancelled), then what every closing writes:
+    the lead's next task, the audit entry, the event, and no more reminders."""
+    task.state, task.closed_at = state, now
+    task.version, task.updated_at = task.version + 1, now
+    task.save()
+    sync_lead(lead)
+    named = CLOSED_AS[state]
+    record_audit(lead, actor, f"task_{named}", {"task": {"old": task.public_id, "new": task.public_id},
+                                               "state": {"old": "open", "new": state}, **(changes or {})})
+    events.record(refs, f"task.{named}", lead, lambda: {"task": task_documents([task], refs)[0]})
+    arm_reminders(task)
 
 
 def follow_owner(lead: Lead, previous_owner_id: int | None, actor: Actor, refs: Refs) -> None:
@@ -209,6 +204,15 @@ def lock_task(task: Task, actor: Actor) -> tuple[Lead, Task]:
     current = for_update(Task.select().where(Task.id == task.id)).first()
     if current is None:
         raise NotFound(f"No task {task.public_id}.")
+    return lead, current
+
+
+def lock_open_task(task: Task, actor: Actor, if_match: str | None) -> tuple[Lead, Task]:
+    """lock_task, then the task's If-Match (412) and its state: only an open task changes (409)."""
+    lead, current = lock_task(task, actor)
+    check_if_match(current, if_match, "task")
+    if current.state != "open":
+        raise Conflict(f"Task {current.public_id} is already {current.state}: only an open task can change.")
     return lead, current
 
 
