@@ -218,10 +218,8 @@ def lock_open_task(task: Task, actor: Actor, if_match: str | None) -> tuple[Lead
 
 def sync_lead(lead: Lead) -> None:
     """The locked lead's next_task_due_at and open_tasks from its open tasks, saved when they moved."""
-    open_tasks = Task.select().where((Task.lead == lead.id) & (Task.state == "open"))
-    first = open_tasks.select(Task.due_at).order_by(Task.due_at).first()
-    earliest = first.due_at if first is not None else None
-    count = open_tasks.count()
+    earliest, count = (Task.select(pw.fn.MIN(Task.due_at).python_value(Task.due_at.python_value), pw.fn.COUNT(Task.id))
+                       .where((Task.lead == lead.id) & (Task.state == "open")).tuples().get())
     if (lead.next_task_due_at, lead.open_tasks) == (earliest, count):
         return
     lead.next_task_due_at, lead.open_tasks, lead.task_sort_at = earliest, count, earliest or NO_TASK
