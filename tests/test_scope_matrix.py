@@ -94,6 +94,7 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/members", None, shows="reference"),
     Endpoint("GET", "/api/v1/teams", None, shows="reference"),
     Endpoint("GET", "/api/v1/custom-fields", None, shows="reference"),
+    Endpoint("GET", "/api/v1/forms", None, shows="other"),   # the matrix world has no forms
     Endpoint("GET", "/api/v1/webhooks", "webhooks:manage", shows="other"),
     Endpoint("POST", "/api/v1/webhooks", "webhooks:manage", lambda t: {"url": MATRIX_HOOK, "events": ["*"]},
              success=201, shows="other"),
@@ -293,6 +294,22 @@ def all_ids(tenant: Tenant) -> set[str]:
     ids = tenant.ids
     return {tenant.public_id, *ids.teams.values(), *ids.members.values(), *ids.statuses.values(),
             *ids.sources.values(), *ids.custom_fields.values(), *ids.lost_reasons.values()}
+
+
+# Routes open to anyone, on purpose: a web form's submissions and the published contract.
+PUBLIC_ROUTES = {("POST", "/api/v1/forms/{}/submissions"), ("GET", "/api/v1/openapi.json")}
+
+
+def test_every_api_route_is_in_the_matrix_or_public(app):
+    import re
+
+    def shape(path: str) -> str:
+        return re.sub(r"<[^>]+>|\{[^}]+\}", "{}", path.split("?")[0])
+
+    routes = {(method, shape(rule.rule)) for rule in app.url_map.iter_rules() if rule.rule.startswith("/api/v1/")
+              for method in rule.methods - {"HEAD", "OPTIONS"}}
+    covered = {(endpoint.method, shape(endpoint.path)) for endpoint in ENDPOINTS}
+    assert routes - covered == PUBLIC_ROUTES
 
 
 # --- rules the matrix cannot show row by row -----------------------------------------------------
