@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import peewee as pw
 
-from . import followups, routing
+from . import followups, lead_timers, routing
 from .db import database, is_postgres, transaction
 from .models import Activity, Lead, LeadNamePart, Task, Transition, Workspace, utcnow
 from .synthetic import (ACTIVITY_COLUMNS, CHUNK, LEAD_COLUMNS, NAME_PART_COLUMNS, TASK_COLUMNS, TRANSITION_COLUMNS,
@@ -126,6 +126,7 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
                 routing.recount_open_leads(workspace.id)   # its triggers were set aside
             with transaction():
                 followups.arm_reminders_ahead(workspace.id, generator.now)
+                lead_timers.arm_ahead(workspace.id, generator.now)
         gather_statistics()
     return written
 

@@ -19,6 +19,7 @@ from flask import Response, current_app
 from .fields import UtcDateTime, rfc3339
 from .models import FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Consent, Form, Lead, Member, Status, Task, Token, utcnow
 from .scoring import band
+from .sla import SLA_STATES, state as sla_state
 
 if TYPE_CHECKING:
     from .refs import Refs
@@ -239,6 +240,18 @@ class TaskDocumentSchema(ma.Schema):
     data = ma.fields.Nested(TaskSchema, required=True)
 
 
+class SlaSchema(ma.Schema):
+    due_at = UtcDateTime(required=True, metadata={
+        "description": "Its creation plus the first-response minutes in working time, as they were when it was created."})
+    responded_at = UtcDateTime(allow_none=True, required=True, metadata={
+        "description": "Its first response: the earliest contact logged on it or its first move out of the first status."})
+    response_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
+        "description": "Working seconds from its creation to responded_at."})
+    state = ma.fields.String(required=True, metadata={
+        "enum": list(SLA_STATES), "description": "due: no response, not yet due; overdue: no response, past due; "
+                                                 "met: responded by due_at; missed: responded after it."})
+
+
 class LeadSchema(ma.Schema):
     id = ma.fields.String(required=True)
     contact = ma.fields.Nested(ContactSchema, required=True)
@@ -266,6 +279,12 @@ class LeadSchema(ma.Schema):
     next_task_due_at = UtcDateTime(allow_none=True, required=True, metadata={
         "description": "The earliest due_at of its open tasks; null when it has none."})
     open_tasks = ma.fields.Integer(required=True, metadata={"description": "How many open tasks it has."})
+    sla = ma.fields.Nested(SlaSchema, allow_none=True, required=True, metadata={
+        "description": "Its first response against the workspace's [sla]; null without one, and for leads created "
+                       "before it was set."})
+    stale_since = UtcDateTime(allow_none=True, required=True, metadata={
+        "description": "When it went, or will go, stale: its last move or contact plus its status's stale_after_days; "
+                       "null in a status without the setting."})
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
     tasks = ma.fields.List(ma.fields.Nested(TaskSchema), metadata={
@@ -401,7 +420,8 @@ class AuditEntrySchema(ma.Schema):
 LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lead.email, Lead.source, Lead.status,
                 Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
                 Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason,
-                Lead.consent, Lead.do_not_contact, Lead.erased_at, Lead.next_task_due_at, Lead.open_tasks)
+                Lead.consent, Lead.do_not_contact, Lead.erased_at, Lead.next_task_due_at, Lead.open_tasks,
+                Lead.response_due_at, Lead.first_response_at, Lead.first_response_seconds, Lead.stale_since)
 
 
 
@@ -441,7 +461,18 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
         "erased_at": rfc3339(lead.erased_at),
         "next_task_due_at": rfc3339(lead.next_task_due_at),
         "open_tasks": lead.open_tasks,
+        "sla": sla_document(lead),
+        "stale_since": rfc3339(lead.stale_since),
     }
+
+
+def sla_document(lead: Any) -> dict[str, Any] | None:
+    """A lead's `sla` object (SlaSchema), or None without a response due time."""
+    due = lead.response_due_at
+    if due is None:
+        return None
+    return {"due_at": rfc3339(due), "responded_at": rfc3339(lead.first_response_at),
+            "response_seconds": lead.first_response_seconds, "state": sla_state(due, lead.first_response_at, utcnow())}
 
 
 def task_documents(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:

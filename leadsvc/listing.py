@@ -15,7 +15,7 @@ import marshmallow as ma
 import peewee as pw
 from flask import request
 
-from . import cursor, search
+from . import cursor, search, sla
 from .config import Settings
 from .db import any_of, read_rows
 from .documents import LEAD_COLUMNS
@@ -211,6 +211,10 @@ class LeadFilterQuery(ReportFilterQuery):
     next_task = ma.fields.String(data_key="filter[next_task]", validate=ma.validate.OneOf(NEXT_TASK),
                                  metadata={"description": NEXT_TASK_HELP})
 
+    sla_state = Choices(sla.SLA_STATES, data_key="filter[sla]")
+    stale = ma.fields.Boolean(data_key="filter[stale]", metadata={
+        "description": "true: leads whose stale_since has passed; false: every other lead."})
+
     q = SearchText(metadata={"description": SEARCH_HELP,
                              "examples": ["98765 43210", "asha@example.com", "asha r"]})
     status = IdList("st_", data_key="filter[status]")
@@ -231,6 +235,8 @@ SORTS: dict[str, cursor.Order] = {
     "-last_activity_at": cursor.Order(Lead.activity_sort_at, Lead.public_id, descending=True),
     # Leads without an open task carry the end of the calendar here, so they come last.
     "next_task_due_at": cursor.Order(Lead.task_sort_at, Lead.public_id, descending=False),
+    # Leads without a response due time carry the end of the calendar here, so they come last.
+    "response_due_at": cursor.Order(Lead.response_sort_at, Lead.public_id, descending=False),
 }
 
 
@@ -238,7 +244,8 @@ class LeadListQuery(PageQuery, LeadFilterQuery):
     sort = ma.fields.String(load_default="-created_at", validate=ma.validate.OneOf(list(SORTS)),
                             metadata={"description": "Ties are broken by the lead's id; leads with no activity sort last "
                                                      "under -last_activity_at, leads without an open task last under "
-                                                     "next_task_due_at."})
+                                                     "next_task_due_at, leads without sla.due_at last under "
+                                                     "response_due_at."})
 
 
 def unknown_filters(args: Iterable[str], schema: type[ma.Schema] = LeadFilterQuery) -> list[str]:
@@ -273,6 +280,10 @@ def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, 
         query = query.where(search.matching(filters["q"], refs.workspace.id))
     if "next_task" in filters:
         query = query.where(next_task_condition(filters["next_task"], refs))
+    if "sla_state" in filters:
+        query = query.where(sla.condition(filters["sla_state"], utcnow()))
+    if "stale" in filters:
+        query = query.where(sla.stale_condition(filters["stale"], utcnow()))
     return query
 
 
@@ -319,7 +330,7 @@ def lead_page(query: pw.ModelSelect, params: Mapping[str, Any], refs: Refs, sett
 
 
 # What a page of the list reads: the document's columns, and those the sorts order by besides.
-PAGE_COLUMNS = (*LEAD_COLUMNS, Lead.activity_sort_at, Lead.task_sort_at)
+PAGE_COLUMNS = (*LEAD_COLUMNS, Lead.activity_sort_at, Lead.task_sort_at, Lead.response_sort_at)
 
 
 def _document_rows(query: pw.ModelSelect) -> list:

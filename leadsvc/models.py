@@ -105,6 +105,10 @@ class Workspace(BaseModel):
     # Bumped by database triggers whenever the workspace's statuses, sources, members, teams or
     # custom fields change (migration 0004): refs.Refs caches them per process until it moves.
     refs_version = pw.IntegerField(default=0)
+    # Setup's [working_hours] as checked (working_hours.WorkingHours.of reads it; null: around the
+    # clock) and [sla] first_response_minutes (null: leads get no response due time), 0018.
+    working_hours = pw.JSONField(null=True)
+    first_response_minutes = pw.IntegerField(null=True)
 
 
 class Team(BaseModel):
@@ -150,6 +154,8 @@ class Status(BaseModel):
     kind = pw.CharField(max_length=8)
     # Public ids of the statuses this one may move to; NULL means any other status.
     allowed_next = pw.JSONField(null=True)
+    # An open status's leads go stale after this many days without a move or a logged activity (0018).
+    stale_after_days = pw.IntegerField(null=True)
 
     class Meta:
         indexes = ((("workspace", "name"), True), (("workspace", "position"), False))
@@ -167,6 +173,7 @@ class Source(BaseModel):
     public_id = PublicIdField("src_")
     name = pw.CharField(max_length=100)
     score = pw.IntegerField(default=0)
+    first_response_minutes = pw.IntegerField(null=True)   # wins over the workspace's for its leads (0018)
 
     class Meta:
         indexes = ((("workspace", "name"), True),)
@@ -274,6 +281,15 @@ class Lead(BaseModel):
     open_tasks = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
     # next_task_due_at, or NO_TASK without one: the column `sort=next_task_due_at` reads.
     task_sort_at = pw.DateTimeField(default=NO_TASK, constraints=[pw.SQL("DEFAULT '9999-12-31 00:00:00'")])
+    # Speed to lead (0018): when its first response is due (null: created without an SLA), when
+    # it came and how many working seconds after creation; response_due_at or NO_TASK, the column
+    # `sort=response_due_at` reads. stale_since: when it went (or will go) stale; null when its
+    # status has no stale_after_days.
+    response_due_at = pw.DateTimeField(null=True)
+    first_response_at = pw.DateTimeField(null=True)
+    first_response_seconds = pw.IntegerField(null=True)
+    response_sort_at = pw.DateTimeField(default=NO_TASK, constraints=[pw.SQL("DEFAULT '9999-12-31 00:00:00'")])
+    stale_since = pw.DateTimeField(null=True)
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -294,6 +310,9 @@ class Lead(BaseModel):
             (("workspace", "task_sort_at", "public_id"), False),
             (("team", "task_sort_at", "public_id"), False),
             (("owner", "task_sort_at", "public_id"), False),
+            (("workspace", "response_sort_at", "public_id"), False),
+            (("team", "response_sort_at", "public_id"), False),
+            (("owner", "response_sort_at", "public_id"), False),
             # Reports (0003): conversion by status, source and owner, and time to won, from the index alone.
             (("workspace", "status", "source", "owner", "created_at", "status_changed_at"), False),
         )

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import marshmallow as ma
 import peewee as pw
 
-from . import events, followups, routing, search
+from . import events, followups, lead_timers, routing, search
 from .conditional import check_if_match, lock_lead
 from .consent import consent_again, new_consent
 from .custom_fields import check_custom_fields
@@ -120,6 +120,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
                 created_at=now, updated_at=now, status_changed_at=now)
+    lead_timers.start(lead, refs)
     consent = new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
@@ -134,6 +135,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             lead.owner = assignment.member
             lead.team = assignment.member.team_id if assignment.member else None
             lead.save(force_insert=True)
+            lead_timers.arm_new(lead)
             if consent is not None:
                 consent.lead = lead
                 consent.save(force_insert=True)
@@ -398,6 +400,9 @@ def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs
             changes["lost_reason"] = {"old": plain(old), "new": plain(lost_reason)}
             current.lost_reason = lost_reason
         current.status, current.status_changed_at = target, now
+        if here.id == refs.first_status().id:
+            lead_timers.responded(current, now, refs)
+        lead_timers.touched(current, refs)
         current.updated_at, current.version = now, current.version + 1
         rescore(current, refs)
         current.save()
@@ -498,6 +503,8 @@ def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | No
         at = activity.occurred_at
         if current.last_activity_at is None or at > current.last_activity_at:
             current.last_activity_at = current.activity_sort_at = at
+        lead_timers.responded(current, at, refs)
+        lead_timers.touched(current, refs)
         current.engagement += ENGAGEMENT_POINTS[kind]
         current.updated_at, current.version = utcnow(), current.version + 1
         rescore(current, refs)

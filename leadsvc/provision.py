@@ -11,6 +11,7 @@ import re
 import tomllib
 import zoneinfo
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ import marshmallow as ma
 import peewee as pw
 from marshmallow import validate
 
+from . import lead_timers
 from .db import transaction
 from .export import COLUMNS as CSV_COLUMNS
 from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, LostReason, Member, Rule,
                      Source, Status, Team, Workspace)
+from .working_hours import WEEKDAYS, parse_window
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -69,6 +72,51 @@ class WorkspaceSection(ma.Schema):
             raise ma.ValidationError(f"Unknown time zone {value!r}; use an IANA name like Asia/Kolkata.") from None
 
 
+class Window(ma.fields.String):
+    """A day's working window, "09:30-18:30" (working_hours.parse_window)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            parse_window(text)
+        except ValueError as exc:
+            raise ma.ValidationError(str(exc)) from None
+        return text
+
+
+class Holiday(ma.fields.Field):
+    """A date, written as a TOML date (2027-01-26) or an ISO string ("2027-01-26")."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, date) and not isinstance(value, datetime):
+            return value.isoformat()
+        try:
+            return date.fromisoformat(value).isoformat()
+        except (TypeError, ValueError):
+            raise ma.ValidationError(f"{value!r} is not a date; write it as \"2027-01-26\".") from None
+
+
+MAX_RESPONSE_MINUTES = 10_080   # a week
+FIRST_RESPONSE_MINUTES = validate.Range(1, MAX_RESPONSE_MINUTES)
+
+
+class WorkingHoursSection(ma.Schema):
+    """[working_hours]: a window per open weekday, in the workspace's time zone, and holidays."""
+
+    mon, tue, wed, thu, fri, sat, sun = (Window() for _ in WEEKDAYS)
+    holidays = ma.fields.List(Holiday(), load_default=list)
+
+    @ma.validates_schema
+    def _some_day_open(self, data, **kwargs):
+        if not any(day in data for day in WEEKDAYS):
+            raise ma.ValidationError("Give at least one weekday's window, e.g. mon = \"09:30-18:30\"; without "
+                                     "[working_hours] the clock runs around the clock.")
+
+
+class SlaSection(ma.Schema):
+    first_response_minutes = ma.fields.Integer(required=True, strict=True, validate=FIRST_RESPONSE_MINUTES)
+
+
 class TeamItem(ma.Schema):
     name = _name()
 
@@ -90,11 +138,19 @@ class StatusItem(ma.Schema):
     name = _name()
     kind = ma.fields.String(required=True, validate=validate.OneOf(STATUS_KINDS))
     next = ma.fields.List(ma.fields.String())
+    stale_after_days = ma.fields.Integer(strict=True, validate=validate.Range(1, 3650))
+
+    @ma.validates_schema
+    def _stale_when_open(self, data, **kwargs):
+        if "stale_after_days" in data and data.get("kind") != "open":
+            raise ma.ValidationError("Only an open status's leads go stale; won and lost leads are done.",
+                                     "stale_after_days")
 
 
 class SourceItem(ma.Schema):
     name = _name()
     score = ma.fields.Integer(load_default=0, validate=validate.Range(-100, 100))
+    first_response_minutes = ma.fields.Integer(strict=True, validate=FIRST_RESPONSE_MINUTES)
 
 
 class CustomFieldItem(ma.Schema):
@@ -166,6 +222,8 @@ class LostReasonItem(ma.Schema):
 
 class SetupFile(ma.Schema):
     workspace = ma.fields.Nested(WorkspaceSection, required=True)
+    working_hours = ma.fields.Nested(WorkingHoursSection, load_default=None)
+    sla = ma.fields.Nested(SlaSection, load_default=None)
     teams = ma.fields.List(ma.fields.Nested(TeamItem), load_default=list)
     members = ma.fields.List(ma.fields.Nested(MemberItem), load_default=list)
     statuses = ma.fields.List(ma.fields.Nested(StatusItem), load_default=list)
@@ -345,13 +403,16 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
     with transaction():
         ws = data["workspace"]
         workspace = Workspace.get_or_none(Workspace.name == ws["name"])
-        regions = tuple(ws["phone_regions"])
+        # Left out of the file, [working_hours] and [sla] are off, as a left-out timezone is the default.
+        values = {"timezone": ws["timezone"], "currency": ws["currency"], "phone_regions": tuple(ws["phone_regions"]),
+                  "working_hours": data["working_hours"],
+                  "first_response_minutes": (data["sla"] or {}).get("first_response_minutes")}
         if workspace is None:
-            workspace = Workspace.create(name=ws["name"], timezone=ws["timezone"], currency=ws["currency"],
-                                         phone_regions=regions)
-        elif (workspace.timezone, workspace.currency, workspace.phone_regions) != (ws["timezone"], ws["currency"], regions):
-            workspace.timezone, workspace.currency, workspace.phone_regions = ws["timezone"], ws["currency"], regions
-            workspace.save(only=[Workspace.timezone, Workspace.currency, Workspace.phone_regions])
+            workspace = Workspace.create(name=ws["name"], **values)
+        elif changed := [key for key, value in values.items() if getattr(workspace, key) != value]:
+            for key in changed:
+                setattr(workspace, key, values[key])
+            workspace.save(only=[getattr(Workspace, key) for key in changed])
         result = SetupResult(workspace=workspace.public_id)
 
         teams = {t.name: t for t in Team.select().where(Team.workspace == workspace.id)}
@@ -372,8 +433,12 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
         listed = [item["name"] for item in data["statuses"]]
         unlisted = sorted((s for s in statuses.values() if s.name not in listed), key=lambda s: s.position)
         for position, item in enumerate(data["statuses"], start=1):
+            before = statuses.get(item["name"])
             statuses[item["name"]] = _upsert(Status, workspace, {"name": item["name"]},
-                                             {"kind": item["kind"], "position": position})
+                                             {"kind": item["kind"], "position": position,
+                                              "stale_after_days": item.get("stale_after_days")})
+            if before is not None and before.stale_after_days != item.get("stale_after_days"):
+                lead_timers.redate_stale(workspace.id, before.id, item.get("stale_after_days"))
         for position, status in enumerate(unlisted, start=len(listed) + 1):
             _upsert(Status, workspace, {"name": status.name}, {"position": position})
         for item in data["statuses"]:
@@ -383,7 +448,9 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
 
         sources = {s.name: s for s in Source.select().where(Source.workspace == workspace.id)}
         for item in data["sources"]:
-            sources[item["name"]] = _upsert(Source, workspace, {"name": item["name"]}, {"score": item["score"]})
+            sources[item["name"]] = _upsert(Source, workspace, {"name": item["name"]},
+                                            {"score": item["score"],
+                                             "first_response_minutes": item.get("first_response_minutes")})
         result.sources = {item["name"]: sources[item["name"]].public_id for item in data["sources"]}
 
         for position, item in enumerate(data["custom_fields"], start=1):

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import peewee as pw
 
-from . import routing
+from . import routing, sla
 from .models import (BASE62, CONTACT_KINDS, NEVER, NO_TASK, PUBLIC_ID_LENGTH, CustomField, LostReason, Member, Rule,
                      Source, Status, Workspace)
 from .scoring import ENGAGEMENT_POINTS, score_lead
@@ -146,7 +146,8 @@ LEAD_COLUMNS = ("id", "workspace_id", "public_id", "first_name", "last_name", "p
                 "status_id", "owner_id", "team_id", "estimated_value", "custom_fields", "score", "score_reasons",
                 "engagement", "version", "created_at", "updated_at", "status_changed_at", "last_activity_at",
                 "activity_sort_at", "phone_reversed", "lost_reason_id", "name_key", "next_task_due_at", "open_tasks",
-                "task_sort_at")
+                "task_sort_at", "response_due_at", "first_response_at", "first_response_seconds", "response_sort_at",
+                "stale_since")
 NAME_PART_COLUMNS = ("lead_id", "workspace_id", "part")
 TRANSITION_COLUMNS = ("workspace_id", "public_id", "lead_id", "from_status_id", "to_status_id", "note", "at",
                       "seconds_in_from", "lost_reason_id")
@@ -198,7 +199,10 @@ class Generator:
         self.kind = {s.id: s.kind for s in statuses}
         self.lost_reasons = [_plain(r, "id", "public_id", "name") for r in LostReason.select()
                              .where(LostReason.workspace == ws).order_by(LostReason.position, LostReason.id)]
-        self.sources = [_plain(s, "id", "public_id", "name", "score")
+        self.hours = sla.working_hours(workspace)
+        self.response_minutes = workspace.first_response_minutes
+        self.stale_days = {s.id: s.stale_after_days for s in statuses}
+        self.sources = [_plain(s, "id", "public_id", "name", "score", "first_response_minutes")
                         for s in Source.select().where(Source.workspace == ws).order_by(Source.id)]
         self.source_weights = list(itertools.accumulate(max(1, 30 - 4 * i) for i in range(len(self.sources))))   # cumulative
         self.fields = {f.name: _plain(f, "name", "type", "options", "score")
@@ -243,6 +247,19 @@ class Generator:
             self.assignment_text[key] = (assignment.summary, _dumps(assignment.reason))
         return (assignment.member, *self.assignment_text[key])
 
+    def response(self, created: datetime, source: Any, responded: datetime | None) -> tuple:
+        """A lead's response_due_at, first_response_at, first_response_seconds and response_sort_at,
+        as lead_timers.start and .responded write them, its first response being the earliest of
+        its first move and its first contact."""
+        minutes = source.first_response_minutes if source is not None else None
+        minutes = self.response_minutes if minutes is None else minutes
+        if minutes is None:
+            return None, None, None, NO_TASK_TEXT
+        due = _time(self.hours.add(created, minutes * 60))
+        if responded is None:
+            return due, None, None, due
+        return due, _time(responded), self.hours.between(created, responded), due
+
     def chunk(self, index: int, first_id: int, times: list[datetime]) -> "Rows":
         """The rows of one chunk of leads; each chunk has its own random stream, so workers agree."""
         self.rng = random.Random(f"{self.seed}:{self.start}:{index}")
@@ -280,6 +297,7 @@ class Generator:
         # later than now, so young leads are early in the pipeline.
         pipeline = self.pipeline
         status, at, stage, lost_reason = pipeline.forward[0], created, 0, None
+        first_move = None
         transitions.append((ws, new_id("tr_"), lead_id, None, status.id, None, created_text, None, None))
         while True:
             roll, reason = rng.random(), None
@@ -311,15 +329,17 @@ class Generator:
                                f'"transition":"{transition_id}"'
                                + (f',"lost_reason":"{reason.public_id}"}}' if reason else "}"), moved_text, moved_text))
             status, at, lost_reason = target, moved, reason
+            first_move = first_move or moved
 
         # Calls and messages while the lead is worked: up to a month after its last move.
-        engagement, last_activity = 0, None
+        engagement, last_activity, first_contact = 0, None, None
         window = max(2, int((min(now, at + timedelta(days=30)) - created).total_seconds()))
         for _ in range(pick((0, 0, 0, 1, 1, 2, 3))):
             kind = pick(CONTACT_KINDS)
             occurred = created + timedelta(seconds=1 + int(rng.random() * (window - 1)))
             engagement += ENGAGEMENT_POINTS[kind]
             last_activity = occurred if last_activity is None or occurred > last_activity else last_activity
+            first_contact = occurred if first_contact is None or occurred < first_contact else first_contact
             occurred_text = _time(occurred)
             activities.append((ws, new_id("act_"), lead_id, kind, CONTACT_SUMMARIES[kind], "{}",
                                occurred_text, occurred_text))
@@ -345,6 +365,7 @@ class Generator:
                 if state == "done" and kind in ENGAGEMENT_POINTS:   # completing a contact task logs it
                     engagement += ENGAGEMENT_POINTS[kind]
                     last_activity = closed if last_activity is None or closed > last_activity else last_activity
+                    first_contact = closed if first_contact is None or closed < first_contact else first_contact
                     activities.append((ws, new_id("act_"), lead_id, kind, outcome, f'{{"task":"{task_id}"}}',
                                        closed_text, closed_text))
                 elif state == "done":
@@ -353,6 +374,10 @@ class Generator:
             out["task"].append((ws, task_id, lead_id, owner.id, owner.team_id, kind, TASK_TITLES[kind], due_text,
                                 None, owner.id, state, done_text, closed_text, outcome, 1, made_text,
                                 closed_text if state != "open" else made_text))
+
+        response = self.response(created, source, min(filter(None, (first_move, first_contact)), default=None))
+        stale_days = self.stale_days[status.id]
+        stale_since = _time(max(at, last_activity or NEVER) + timedelta(days=stale_days)) if stale_days else None
 
         score, reasons = score_lead(
             phone=phone, email=email, first_name=first, last_name=last, estimated_value=value,
@@ -366,5 +391,6 @@ class Generator:
                             _dumps(custom), score, _dumps(reasons), engagement, 1, created_text, _time(updated),
                             _time(at), last_text, last_text or NEVER_TEXT, phone_reversed(phone),
                             lost_reason.id if lost_reason else None, key,
-                            _time(next_due) if next_due else None, open_tasks, _time(next_due) if next_due else NO_TASK_TEXT))
+                            _time(next_due) if next_due else None, open_tasks, _time(next_due) if next_due else NO_TASK_TEXT,
+                            *response, stale_since))
         out["name_part"].extend((lead_id, ws, part) for part in parts_of(key))

@@ -1,0 +1,87 @@
+"""Speed to lead and stale leads (DESIGN section 18): the rules, without the clock.
+
+- A new lead gets `response_due_at`: its creation plus the first-response minutes (its source's,
+  else the workspace's [sla]) of working time (working_hours.py); none without an SLA. A lead
+  keeps the due time it got when the hours or the minutes change later.
+- Its first response is the earliest contact activity logged on it (a completed contact task
+  logs one) or its first move out of the first status: `first_response_at` holds the earliest
+  seen, so a contact logged later with an earlier `occurred_at` moves it back, and
+  `first_response_seconds` is counted in working time from creation.
+- A lead in an open status with `stale_after_days` goes stale that many days after it was last
+  touched (moved, or a contact logged): `stale_since`.
+- The `sla` object of a lead document and `filter[sla]` read its state by one rule, here.
+
+lead_timers.py writes these columns on a lead's changes and arms the clock's timers for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+import peewee as pw
+
+from .models import NEVER, Lead, Workspace
+from .working_hours import WorkingHours
+
+SLA_STATES = ("due", "overdue", "met", "missed")
+
+
+@functools.lru_cache(maxsize=256)
+def _hours(setting: str | None, timezone: str) -> WorkingHours:
+    return WorkingHours.of(json.loads(setting) if setting else None, timezone)
+
+
+def working_hours(workspace: Workspace) -> WorkingHours:
+    """The workspace's working hours (parsed once per setting and time zone)."""
+    setting = workspace.working_hours
+    return _hours(json.dumps(setting, sort_keys=True) if setting else None, workspace.timezone)
+
+
+def response_due_at(workspace: Workspace, created_at: datetime, minutes: int | None) -> datetime | None:
+    """When a lead created at `created_at` must have its first response: `minutes` of working time later."""
+    return None if minutes is None else working_hours(workspace).add(created_at, minutes * 60)
+
+
+def response_seconds(workspace: Workspace, created_at: datetime, responded_at: datetime) -> int:
+    """Working seconds from a lead's creation to its first response (0 for a response dated before it)."""
+    return working_hours(workspace).between(created_at, responded_at)
+
+
+def stale_since(status_changed_at: datetime, last_activity_at: datetime | None, days: int | None) -> datetime | None:
+    """When a lead goes stale: its last move or contact plus its status's stale_after_days; None
+    for a status without it (won and lost statuses never have it)."""
+    if days is None:
+        return None
+    return max(status_changed_at, last_activity_at or NEVER) + timedelta(days=days)
+
+
+def state(due: datetime | None, responded: datetime | None, now: datetime) -> str | None:
+    """due (no response, not yet due), overdue (no response, past due), met or missed (responded
+    by due_at or after); None without a due time."""
+    if due is None:
+        return None
+    if responded is None:
+        return "overdue" if now >= due else "due"
+    return "met" if responded <= due else "missed"
+
+
+def condition(states: list[str], now: datetime) -> pw.Expression:
+    """filter[sla]: leads in any of the states, by state()'s rule in SQL."""
+    unanswered, answered = Lead.first_response_at.is_null(), Lead.first_response_at.is_null(False)
+    conditions = {
+        "due": unanswered & (Lead.response_due_at > now),
+        "overdue": unanswered & (Lead.response_due_at <= now),
+        "met": answered & (Lead.first_response_at <= Lead.response_due_at),
+        "missed": answered & (Lead.first_response_at > Lead.response_due_at),
+    }
+    return functools.reduce(lambda a, b: a | b, (conditions[wanted] for wanted in states))
+
+
+def stale_condition(stale: bool, now: datetime) -> pw.Expression:
+    """filter[stale]: true, leads whose stale_since has passed; false, every other lead (null included)."""
+    if stale:
+        return Lead.stale_since <= now
+    return Lead.stale_since.is_null() | (Lead.stale_since > now)
