@@ -47,7 +47,7 @@ BIN = Path(sys.executable).parent
 POSTGRES_URL = os.environ.get("LEADSVC_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/leadsvc_bench")
 LEADSVC_PORT, BASELINE_PORT = 18080, 18090
 ROLES = {"admin": "admin@demo.test", "manager": "asha@demo.test", "agent": "ravi@demo.test"}
-REPORTS = ("funnel", "velocity", "conversion")
+REPORTS = ("funnel", "velocity", "conversion", "response")
 DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
@@ -212,6 +212,7 @@ class Database:
                 time.sleep(3)
             for table in ("activity", "transition", "audit_entry", "lead"):
                 conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
+            conn.execute(f"DELETE FROM timer WHERE kind LIKE 'lead.%' AND subject > {int(marks['lead'])}")
             for table in ("delivery", "event", "webhook"):   # the webhook phase's
                 conn.execute(f"DELETE FROM {table}")
             if self.backend == "postgresql":
@@ -347,10 +348,15 @@ def measure_search(server: Server, token: str, seconds: float) -> dict:
                              "errors": sum(r["errors_status"] for r in runs[kind])} for kind in SEARCHES}}
 
 
-# The follow-up lists of a salesperson's day, each against the plain first page of the same role.
+# The follow-up lists of a salesperson's day (tasks, leads awaiting a first response, stale
+# leads), each against the plain first page of the same role.
 FOLLOW_UPS = {"tasks: mine, due today (agent)": ("agent", "/api/v1/tasks?filter%5Bassignee%5D=me&filter%5Bdue%5D=today"),
               "leads: next task overdue (agent)": ("agent", "/api/v1/leads?filter%5Bnext_task%5D=overdue"),
-              "leads: next task overdue (admin)": ("admin", "/api/v1/leads?filter%5Bnext_task%5D=overdue")}
+              "leads: next task overdue (admin)": ("admin", "/api/v1/leads?filter%5Bnext_task%5D=overdue"),
+              "leads: response overdue (agent)": ("agent", "/api/v1/leads?filter%5Bsla%5D=overdue"),
+              "leads: response overdue (admin)": ("admin", "/api/v1/leads?filter%5Bsla%5D=overdue"),
+              "leads: stale (agent)": ("agent", "/api/v1/leads?filter%5Bstale%5D=true"),
+              "leads: stale (admin)": ("admin", "/api/v1/leads?filter%5Bstale%5D=true")}
 
 
 def measure_follow_ups(server: Server, tokens: dict[str, str], seconds: float) -> dict:
