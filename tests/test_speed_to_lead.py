@@ -370,6 +370,15 @@ def test_every_create_path_gives_a_new_lead_its_due_time_in_working_minutes(clie
     assert lead_of(client, ws, over_the_holiday)["sla"] == sla(TUESDAY_AFTER_HOLIDAY)
 
 
+def test_the_longest_window_in_the_fewest_hours_setup_accepts_is_a_due_time_years_ahead(client, sla_workspace,
+                                                                                       frozen):
+    # One hour on Sundays and 10,080 minutes: the 168th Sunday's hour, more than three years on.
+    ws, _ = sla_workspace(minutes=10_080, hours={"sun": "09:00-10:00"})
+    frozen.at(MONDAY_TEN)
+    lead = new_lead(client, ws)
+    assert lead["sla"]["due_at"] == rfc3339(ist(2026, 11, 8, 10, 0) + timedelta(weeks=167))
+
+
 def test_a_sources_own_minutes_win_for_its_leads(client, sla_workspace, frozen):
     ws, _ = sla_workspace(minutes=60, source_minutes={"Referral": 15})
     frozen.at(FRIDAY_EVENING)
