@@ -23,9 +23,8 @@ RESPONSE_OVERDUE, STALE = "lead.response_overdue", "lead.stale"
 def start(lead: Lead, refs: Refs) -> None:
     """A new lead's response due time and stale_since, before it is saved."""
     source = refs.sources.get(lead.source_id)
-    minutes = source.first_response_minutes if source is not None else None
-    if minutes is None:
-        minutes = refs.workspace.first_response_minutes
+    minutes = sla.response_minutes(refs.workspace.first_response_minutes,
+                                   source.first_response_minutes if source is not None else None)
     lead.response_due_at = sla.response_due_at(refs.workspace, lead.created_at, minutes)
     if lead.response_due_at is not None:
         lead.response_sort_at = lead.response_due_at
@@ -85,8 +84,11 @@ def _days_after_last_touch(days: int) -> pw.Node:
     last_contact = pw.fn.COALESCE(Lead.last_activity_at, Lead.status_changed_at)
     if is_postgres():
         return pw.fn.GREATEST(Lead.status_changed_at, last_contact) + pw.SQL("make_interval(days => %s)", (days,))
-    # The format every datetime column holds (to the microsecond, which %f gives to the millisecond).
-    return pw.fn.strftime("%Y-%m-%d %H:%M:%f", pw.fn.MAX(Lead.status_changed_at, last_contact), f"+{days} days")
+    # Whole days leave the fraction of a second as it was: the date and time moved, then the
+    # stored fraction (".ffffff", or none), so the value is to the microsecond and in the format
+    # every datetime column holds, and compares as the same time written from Python would.
+    last_touch = pw.fn.MAX(Lead.status_changed_at, last_contact)
+    return pw.fn.strftime("%Y-%m-%d %H:%M:%S", last_touch, f"+{days} days").concat(pw.fn.substr(last_touch, 20))
 
 
 def arm_ahead(workspace_id: int, now: datetime) -> None:

@@ -40,6 +40,14 @@ def working_hours(workspace: Workspace) -> WorkingHours:
     return _hours(json.dumps(setting, sort_keys=True) if setting else None, workspace.timezone)
 
 
+def response_minutes(workspace_minutes: int | None, source_minutes: int | None) -> int | None:
+    """A new lead's first-response minutes: its source's own, else the workspace's [sla]; None
+    for a workspace without [sla], whatever its sources say (their minutes replace the workspace's)."""
+    if workspace_minutes is None:
+        return None
+    return workspace_minutes if source_minutes is None else source_minutes
+
+
 def response_due_at(workspace: Workspace, created_at: datetime, minutes: int | None) -> datetime | None:
     """When a lead created at `created_at` must have its first response: `minutes` of working time later."""
     return None if minutes is None else working_hours(workspace).add(created_at, minutes * 60)

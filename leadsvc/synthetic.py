@@ -251,8 +251,8 @@ class Generator:
         """A lead's response_due_at, first_response_at, first_response_seconds and response_sort_at,
         as lead_timers.start and .responded write them, its first response being the earliest of
         its first move and its first contact."""
-        minutes = source.first_response_minutes if source is not None else None
-        minutes = self.response_minutes if minutes is None else minutes
+        minutes = sla.response_minutes(self.response_minutes,
+                                       source.first_response_minutes if source is not None else None)
         if minutes is None:
             return None, None, None, NO_TASK_TEXT
         due = _time(self.hours.add(created, minutes * 60))

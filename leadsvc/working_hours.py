@@ -21,9 +21,6 @@ from zoneinfo import ZoneInfo
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
-# How far the arithmetic looks for working time before it gives up: a year and more of holidays
-# in a row is a setup mistake, not a calendar (setup refuses hours without an open weekday).
-HORIZON_DAYS = 800
 
 
 def parse_window(text: str) -> tuple[time, time | None]:
@@ -69,13 +66,17 @@ class WorkingHours:
         """The moment `seconds` of working time after `start`."""
         if self.around_the_clock:
             return start + timedelta(seconds=seconds)
+        if not self.windows:   # setup refuses such hours; without this check the walk would never end
+            raise ValueError("no working time: no weekday has a window")
+        # Holidays are finitely many and every week past them has a window, so the walk ends,
+        # however few working hours a week has.
         left = timedelta(seconds=seconds)
         for opens, closes in self._open_intervals(start):
             span = closes - opens
             if left <= span:
                 return opens + left
             left -= span
-        raise ValueError(f"no working time within {HORIZON_DAYS} days of {start.isoformat()}")
+        raise AssertionError("unreachable: the intervals go on without end")
 
     def between(self, start: datetime, end: datetime) -> int:
         """Working seconds from `start` to `end` (0 if end is not after start)."""
@@ -90,12 +91,10 @@ class WorkingHours:
 
     def _open_intervals(self, start: datetime, until: datetime | None = None) -> Iterator[tuple[datetime, datetime]]:
         """The working intervals (naive UTC) from `start` on, the first cut to begin at `start`,
-        day by day until `until` (or the horizon)."""
+        day by day until `until` (without it, for ever)."""
         day = start.replace(tzinfo=UTC).astimezone(self.zone).date()
-        last = day + timedelta(days=HORIZON_DAYS)
-        if until is not None:
-            last = min(last, until.replace(tzinfo=UTC).astimezone(self.zone).date())
-        while day <= last:
+        last = None if until is None else until.replace(tzinfo=UTC).astimezone(self.zone).date()
+        while last is None or day <= last:
             window = self.windows.get(day.weekday())
             if window is not None and day not in self.holidays:
                 opens, closes = self._utc(day, window[0]), self._utc(day + timedelta(days=1) if window[1] is None
