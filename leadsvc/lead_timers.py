@@ -33,10 +33,9 @@ def start(lead: Lead, refs: Refs) -> None:
 
 def arm_new(lead: Lead) -> None:
     """The timers of a lead just saved (it has its id now)."""
-    if lead.response_due_at is not None:
-        clock.arm(RESPONSE_OVERDUE, lead.id, lead.workspace_id, lead.response_due_at)
-    if lead.stale_since is not None:
-        clock.arm(STALE, lead.id, lead.workspace_id, lead.stale_since)
+    clock.arm_all([(kind, lead.id, lead.workspace_id, at)
+                   for kind, at in ((RESPONSE_OVERDUE, lead.response_due_at), (STALE, lead.stale_since))
+                   if at is not None])
 
 
 def responded(lead: Lead, at: datetime, refs: Refs) -> None:
