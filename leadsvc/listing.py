@@ -283,7 +283,8 @@ def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, 
     if "sla_state" in filters:
         query = query.where(sla.condition(filters["sla_state"], utcnow()))
     if "stale" in filters:
-        query = query.where(sla.stale_condition(filters["stale"], utcnow()))
+        query = query.where(sla.stale_condition(filters["stale"], utcnow(),
+                                                (status.stale_after_days for status in refs.statuses.values())))
     return query
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Iterable
 
 import peewee as pw
 
@@ -88,8 +88,16 @@ def condition(states: list[str], now: datetime) -> pw.Expression:
     return functools.reduce(lambda a, b: a | b, (conditions[wanted] for wanted in states))
 
 
-def stale_condition(stale: bool, now: datetime) -> pw.Expression:
-    """filter[stale]: true, leads whose stale_since has passed; false, every other lead (null included)."""
-    if stale:
-        return Lead.stale_since <= now
-    return Lead.stale_since.is_null() | (Lead.stale_since > now)
+def stale_condition(stale: bool, now: datetime, stale_after_days: Iterable[int | None]) -> pw.Expression:
+    """filter[stale]: true, leads whose stale_since has passed; false, every other lead (null included).
+
+    `stale_after_days` are the workspace's statuses' settings. A lead goes stale no sooner than the
+    shortest of them after its creation (stale_since counts from a move or contact, never before
+    the lead existed), so `true` also bounds created_at: the newest leads, which cannot be stale
+    yet, are skipped as a range of the created_at index instead of read one by one."""
+    if not stale:
+        return Lead.stale_since.is_null() | (Lead.stale_since > now)
+    shortest = min(filter(None, stale_after_days), default=None)
+    if shortest is None:   # no status has the setting, so no lead has a stale_since
+        return Lead.id.in_([])
+    return (Lead.stale_since <= now) & (Lead.created_at <= now - timedelta(days=shortest))

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from conftest import FORM_ORIGIN, Tenant, lead_body, new_phone, register_webhook, with_form
-from leadsvc import followups, history, jsoncodec, pipeline
+from leadsvc import followups, history, jsoncodec, listing, pipeline
 from leadsvc.clock import Clock
 from leadsvc.fields import rfc3339
 from leadsvc.models import Event, Lead, Source, Status, Timer, Workspace, utcnow
@@ -621,6 +621,23 @@ def test_filter_stale_selects_leads_whose_stale_since_has_passed(client, sla_wor
     assert set(listed(client, ws, "filter[stale]=false")) == {moved["id"], won["id"], fresh["id"]}
     response = client.get("/api/v1/leads?filter[stale]=sometimes", headers=ws.headers())
     assert response.status_code == 422 and "filter[stale]" in response.json["errors"]
+
+
+def test_filter_stale_finds_a_lead_stale_the_shortest_setting_after_its_creation(client, sla_workspace, frozen):
+    # filter[stale]=true also bounds created_at by the shortest stale_after_days: a lead at that
+    # bound exactly is still found, and a workspace without the setting has no stale lead.
+    ws, _ = sla_workspace(minutes=None, stale={"New": 3, "Contacted": 5})
+    frozen.at(MONDAY_TEN)
+    lead = new_lead(client, ws)
+    for moment, found in ((MONDAY_TEN + timedelta(days=3), [lead["id"]]),
+                          (MONDAY_TEN + timedelta(days=3, microseconds=-1), [])):
+        frozen.monkeypatch.setattr(listing, "utcnow", lambda: moment)
+        assert listed(client, ws, "filter[stale]=true") == found
+    bare, _ = sla_workspace(minutes=None)
+    frozen.at(None)
+    new_lead(client, bare)
+    assert listed(client, bare, "filter[stale]=true") == []
+    assert len(listed(client, bare, "filter[stale]=false")) == 1
 
 
 # --- the clock's timers ------------------------------------------------------------------------------
