@@ -374,7 +374,8 @@ def lost_reason_for(target: Status, reason_id: str | None, refs: Refs) -> LostRe
 
 def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs: Refs, *,
                 if_match: str | None = None, reason: str | None = None) -> tuple[Lead, Transition]:
-    """Move the lead to another status: transition, activity and audit entry in one transaction."""
+    """Move the lead to another status: transition, activity and audit entry in one transaction. A
+    move out of the first status may be the lead's first response; every move re-dates its going stale."""
     target = refs.by_public_id(refs.statuses, status_id)
     if target is None:
         raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
@@ -487,7 +488,8 @@ def _timeline_entry(lead: Lead, note: Note) -> pw.Expression:
 def log_activity(lead: Lead, kind: str, summary: str, occurred_at: datetime | None, actor: Actor,
                  refs: Refs, data: dict[str, Any] | None = None) -> tuple[Lead, Activity]:
     """Log a call, e-mail, meeting, visit or message: moves last_activity_at and the engagement
-    score. `data` is the activity's (a completed task names itself there).
+    score, may be the lead's first response, and puts off its going stale. `data` is the
+    activity's (a completed task names itself there).
 
     last_activity_at only moves forward: logging an older contact after a newer one keeps the newer.
     """

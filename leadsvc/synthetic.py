@@ -8,7 +8,8 @@ previous may move to, `seconds_in_from` the time spent there), with `created`, `
 the open ones due around now, some overdue), and scores from `scoring.score_lead`. Every
 invariant the API relies on holds: unique valid Indian mobiles and e-mails per workspace,
 `activity_sort_at` = last activity or the epoch, `next_task_due_at` and `open_tasks` = the lead's
-open tasks, a completed contact task's activity logged, version 1.
+open tasks, a completed contact task's activity logged, the response due time, first response
+and `stale_since` as lead_timers writes them, version 1.
 
 The rows are plain tuples in the column order below, ready for bulk_load.py to write. The history
 rows are the system's (no actor token, member or form), as for any import. The same seed,
