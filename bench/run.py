@@ -13,6 +13,7 @@ Last, the clock: one tick with nothing due, in a process of its own on the same 
     .venv/bin/python bench/run.py --leads 50000 --webhooks-only        # webhook figures alone
     .venv/bin/python bench/run.py --leads 20000 --batch-only           # a batch of 100 against 100 creates
     .venv/bin/python bench/run.py --leads 2000 --clock-only            # one clock tick with nothing due
+    .venv/bin/python bench/run.py --compare --service-root ../other    # list, create and batch ratios of another checkout
 """
 
 from __future__ import annotations
@@ -435,7 +436,13 @@ def measure_batch_only(db: Database, tokens: dict, seconds: float, service_root:
         leadsvc.stop()
 
 
-def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
+# The phases of measure(); --compare runs only those whose ratios a change must not worsen.
+PHASES = ("list", "pages", "search", "follow_ups", "create", "batch", "reports")
+COMPARED = ("list", "create", "batch")
+
+
+def measure(db: Database, tokens: dict, seconds: float, service_root: str | None = None,
+            phases: tuple[str, ...] = PHASES) -> dict:
     secret = {role: tokens["tokens"][email]["token"] for role, email in ROLES.items()}
     env = leadsvc_env(db.url, service_root)
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
@@ -449,9 +456,10 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
         for server in (leadsvc, baseline):   # warm caches and connections
             wrk(server.url(list_path), secret["admin"], connections=8, seconds=3)
 
-        log(f"{db.backend}: list throughput, 8 connections, per role")
-        results["list"] = {}
-        for role in ROLES:
+        if "list" in phases:
+            log(f"{db.backend}: list throughput, 8 connections, per role")
+            results["list"] = {}
+        for role in ROLES if "list" in phases else ():
             runs = {"leadsvc": [], "baseline": []}
             for _ in range(PAIRS):   # back to back, so a burst of noise hits both of a pair
                 runs["leadsvc"].append(wrk(leadsvc.url(list_path), secret[role], connections=8, seconds=seconds))
@@ -465,92 +473,112 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
                                      "p50_ms": statistics.median(r["p50_ms"] for r in runs["leadsvc"]),
                                      "errors": errors}
 
-        log(f"{db.backend}: first page vs a page {DEEP_ROWS:,} rows deep, 1 connection")
-        cursor = deep_cursor(leadsvc, secret["admin"])
-        deep_path = f"{list_path}?page%5Bafter%5D={cursor}"
-        for path in (list_path, deep_path):   # warm both queries (prepared statements, pages) first
-            wrk(leadsvc.url(path), secret["admin"], connections=1, seconds=2)
-        first, deep = [], []
-        for _ in range(3):
-            first.append(wrk(leadsvc.url(list_path), secret["admin"], connections=1, seconds=seconds))
-            deep.append(wrk(leadsvc.url(deep_path), secret["admin"], connections=1, seconds=seconds))
-        p50 = lambda runs, key: statistics.median(r[key] for r in runs)   # noqa: E731
-        results["pages"] = {"first_p50_ms": p50(first, "p50_ms"), "first_p99_ms": p50(first, "p99_ms"),
-                            "deep_p50_ms": p50(deep, "p50_ms"), "deep_p99_ms": p50(deep, "p99_ms"),
-                            "errors": sum(r["errors_status"] for r in first + deep)}
-        results["pages"]["ratio"] = round(results["pages"]["deep_p50_ms"] / results["pages"]["first_p50_ms"], 3)
-
-        log(f"{db.backend}: search (q) pages vs the plain first page, 1 connection")
-        results["search"] = measure_search(leadsvc, secret["admin"], seconds)
-
-        log(f"{db.backend}: follow-up lists (tasks due today, overdue leads) vs the plain first page, 1 connection")
-        results["follow_ups"] = measure_follow_ups(leadsvc, secret, seconds)
-
-        log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
-        _, sample, _ = get(leadsvc.url(f"{list_path}?page%5Bsize%5D=200"), secret["admin"])
-        _, sources, _ = get(leadsvc.url("/api/v1/sources"), secret["admin"])
-        create_env = {"BENCH_DUPLICATE_PHONES": ",".join(l["contact"]["phone"] for l in sample["data"]
-                                                         if l["contact"]["phone"]),
-                      "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"])}
-        marks = db.high_water()
-
-        def creates(server: Server, duration: float) -> dict:
-            # CPU per create says where the ratio comes from: one process, one GIL, two cores.
-            cpu = server.cpu_seconds()
-            run = wrk(server.url(list_path), secret["admin"], connections=8, seconds=duration,
-                      script="create.lua", env=create_env)
-            return {**run, "cpu_ms": 1000 * (server.cpu_seconds() - cpu) / max(1, run["requests"])}
-
-        try:
-            for server in (leadsvc, baseline):   # warm the write path: statements, caches, pool
-                creates(server, 3)
-            runs = {"leadsvc": [], "baseline": []}
-            for _ in range(PAIRS):   # back to back, as for lists: a burst of disk or CPU noise hits both
-                runs["leadsvc"].append(creates(leadsvc, seconds))
-                runs["baseline"].append(creates(baseline, seconds))
-            with db.connect() as conn:
-                created = conn.execute(f"SELECT COUNT(*) FROM lead WHERE id > {marks['lead']}").fetchone()[0]
-        finally:
-            db.restore(marks)
-        own, base = runs["leadsvc"], runs["baseline"]
-        ratios = [o["rps"] / b["rps"] for o, b in zip(own, base)]
-        results["create"] = {"rps": round(statistics.mean(r["rps"] for r in own), 1),
-                             "baseline_rps": round(statistics.mean(r["rps"] for r in base), 1),
-                             "ratio": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
-                             "p50_ms": statistics.median(r["p50_ms"] for r in own),
-                             "p99_ms": statistics.median(r["p99_ms"] for r in own),
-                             "errors": sum(r["errors_status"] for r in own),
-                             "baseline_errors": sum(r["errors_status"] for r in base), "leads_created": created,
-                             "cpu_ms": round(statistics.median(r["cpu_ms"] for r in own), 2),
-                             "baseline_cpu_ms": round(statistics.median(r["cpu_ms"] for r in base), 2)}
-
-        log(f"{db.backend}: a batch of {BATCH_SIZE} new leads vs {BATCH_SIZE} single creates, 1 connection")
-        results["batch"] = measure_batch(db, leadsvc, secret["admin"], seconds)
-
-        log(f"{db.backend}: reports, admin scope")
-        results["reports"] = {}
-        for name in REPORTS:
-            url = leadsvc.url(f"/api/v1/reports/{name}")
-            status, _, _ = get(url, secret["admin"])
-            if status == 404:
-                results["reports"][name] = None   # not on this build
-                continue
-            if status != 200:
-                results["reports"][name] = {"error": status}
-                continue
-            times = [get(url, secret["admin"])[2] for _ in range(5)]
-            results["reports"][name] = {"median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+        if "pages" in phases:
+            results.update(measure_pages(leadsvc, secret["admin"], seconds))
+        if "search" in phases:
+            log(f"{db.backend}: search (q) pages vs the plain first page, 1 connection")
+            results["search"] = measure_search(leadsvc, secret["admin"], seconds)
+        if "follow_ups" in phases:
+            log(f"{db.backend}: follow-up lists (tasks, overdue and stale leads) vs the plain first page, 1 connection")
+            results["follow_ups"] = measure_follow_ups(leadsvc, secret, seconds)
+        if "create" in phases:
+            log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
+            results["create"] = measure_creates(db, leadsvc, baseline, secret["admin"], seconds)
+        if "batch" in phases:
+            log(f"{db.backend}: a batch of {BATCH_SIZE} new leads vs {BATCH_SIZE} single creates, 1 connection")
+            results["batch"] = measure_batch(db, leadsvc, secret["admin"], seconds)
+        if "reports" in phases:
+            log(f"{db.backend}: reports, admin scope")
+            results["reports"] = measure_reports(leadsvc, secret["admin"])
         results["rss_mb"] = round(leadsvc.peak_rss_mb(), 1)
         results["baseline_rss_mb"] = round(baseline.peak_rss_mb(), 1)
     finally:
         leadsvc.stop()
         baseline.stop()
-    if service_root is None:   # another checkout may have no webhooks
+    if service_root is None and phases == PHASES:   # another checkout may have no webhooks
         log(f"{db.backend}: webhooks, lag on an idle server and sustained delivery")
         results["webhooks"] = measure_webhooks(db, tokens)
         log(f"{db.backend}: one clock tick with nothing due")
         results["clock"] = measure_clock(db)
     return results
+
+
+def measure_pages(leadsvc: Server, admin: str, seconds: float) -> dict:
+    """The admin's first page against a page DEEP_ROWS rows deep, 1 connection."""
+    list_path = "/api/v1/leads"
+    log(f"{leadsvc.name}: first page vs a page {DEEP_ROWS:,} rows deep, 1 connection")
+    cursor = deep_cursor(leadsvc, admin)
+    deep_path = f"{list_path}?page%5Bafter%5D={cursor}"
+    for path in (list_path, deep_path):   # warm both queries (prepared statements, pages) first
+        wrk(leadsvc.url(path), admin, connections=1, seconds=2)
+    first, deep = [], []
+    for _ in range(3):
+        first.append(wrk(leadsvc.url(list_path), admin, connections=1, seconds=seconds))
+        deep.append(wrk(leadsvc.url(deep_path), admin, connections=1, seconds=seconds))
+    p50 = lambda runs, key: statistics.median(r[key] for r in runs)   # noqa: E731
+    pages = {"first_p50_ms": p50(first, "p50_ms"), "first_p99_ms": p50(first, "p99_ms"),
+             "deep_p50_ms": p50(deep, "p50_ms"), "deep_p99_ms": p50(deep, "p99_ms"),
+             "errors": sum(r["errors_status"] for r in first + deep)}
+    pages["ratio"] = round(pages["deep_p50_ms"] / pages["first_p50_ms"], 3)
+    return {"pages": pages}
+
+
+def measure_creates(db: Database, leadsvc: Server, baseline: Server, admin: str, seconds: float) -> dict:
+    """Creates of new and duplicate leads, 8 connections, leadsvc and the baseline in pairs; what
+    they added is deleted afterwards."""
+    list_path = "/api/v1/leads"
+    _, sample, _ = get(leadsvc.url(f"{list_path}?page%5Bsize%5D=200"), admin)
+    _, sources, _ = get(leadsvc.url("/api/v1/sources"), admin)
+    create_env = {"BENCH_DUPLICATE_PHONES": ",".join(l["contact"]["phone"] for l in sample["data"]
+                                                     if l["contact"]["phone"]),
+                  "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"])}
+    marks = db.high_water()
+
+    def creates(server: Server, duration: float) -> dict:
+        # CPU per create says where the ratio comes from: one process, one GIL, two cores.
+        cpu = server.cpu_seconds()
+        run = wrk(server.url(list_path), admin, connections=8, seconds=duration, script="create.lua", env=create_env)
+        return {**run, "cpu_ms": 1000 * (server.cpu_seconds() - cpu) / max(1, run["requests"])}
+
+    try:
+        for server in (leadsvc, baseline):   # warm the write path: statements, caches, pool
+            creates(server, 3)
+        runs = {"leadsvc": [], "baseline": []}
+        for _ in range(PAIRS):   # back to back, as for lists: a burst of disk or CPU noise hits both
+            runs["leadsvc"].append(creates(leadsvc, seconds))
+            runs["baseline"].append(creates(baseline, seconds))
+        with db.connect() as conn:
+            created = conn.execute(f"SELECT COUNT(*) FROM lead WHERE id > {marks['lead']}").fetchone()[0]
+    finally:
+        db.restore(marks)
+    own, base = runs["leadsvc"], runs["baseline"]
+    ratios = [o["rps"] / b["rps"] for o, b in zip(own, base)]
+    return {"rps": round(statistics.mean(r["rps"] for r in own), 1),
+            "baseline_rps": round(statistics.mean(r["rps"] for r in base), 1),
+            "ratio": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
+            "p50_ms": statistics.median(r["p50_ms"] for r in own),
+            "p99_ms": statistics.median(r["p99_ms"] for r in own),
+            "errors": sum(r["errors_status"] for r in own),
+            "baseline_errors": sum(r["errors_status"] for r in base), "leads_created": created,
+            "cpu_ms": round(statistics.median(r["cpu_ms"] for r in own), 2),
+            "baseline_cpu_ms": round(statistics.median(r["cpu_ms"] for r in base), 2)}
+
+
+def measure_reports(leadsvc: Server, admin: str) -> dict:
+    """Each report as the admin: 5 runs after a warm-up; None for one this build does not have."""
+    reports: dict = {}
+    for name in REPORTS:
+        url = leadsvc.url(f"/api/v1/reports/{name}")
+        status, _, _ = get(url, admin)
+        if status == 404:
+            reports[name] = None   # not on this build
+            continue
+        if status != 200:
+            reports[name] = {"error": status}
+            continue
+        times = [get(url, admin)[2] for _ in range(5)]
+        reports[name] = {"median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
+    return reports
 
 
 def measure_clock(db: Database, service_root: str | None = None) -> dict:
@@ -770,6 +798,18 @@ def batch_details(r: dict) -> list[str]:
             f"({b['single_leads_per_s']:.0f} leads/s) |"]
 
 
+def comparison(results: list[dict]) -> list[str]:
+    """--compare: the ratios to the baseline of the phases COMPARED, a line each."""
+    lines = []
+    for r in results:
+        lines += [f"{r['backend']}: list {role} {v['ratio']:.3f} (pairs {v['ratios']})" for role, v in r["list"].items()]
+        c, b = r["create"], r["batch"]
+        lines += [f"{r['backend']}: create {c['ratio']:.3f} (pairs {c['ratios']}; {c['rps']:.0f} req/s, "
+                  f"{c['cpu_ms']:.2f} ms CPU per create)",
+                  f"{r['backend']}: batch / singles {b['ratio']:.3f} ({b['batch_ms']:.0f} / {b['singles_ms']:.0f} ms)"]
+    return lines
+
+
 def markdown(info: dict, results: list[dict], builds: dict, started: str, load: tuple) -> str:
     mark = {True: "pass", False: "**FAIL**", None: "n/a"}
     lines = [f"Run {started} on {info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; Python "
@@ -830,6 +870,9 @@ def main() -> None:
                         help="measure only the search and follow-up pages against the first page (implies --no-write)")
     parser.add_argument("--batch-only", action="store_true",
                         help="measure only a batch of 100 new leads against 100 single creates (implies --no-write)")
+    parser.add_argument("--compare", action="store_true",
+                        help="measure only list, create and batch ratios, to compare two checkouts with "
+                             "--service-root (implies --no-write)")
     parser.add_argument("--clock-only", action="store_true",
                         help="measure only a clock tick with nothing due (implies --no-write)")
     args = parser.parse_args()
@@ -857,11 +900,16 @@ def main() -> None:
             results.append(measure_batch_only(db, tokens, args.duration, args.service_root))
         elif args.clock_only:
             results.append({"backend": backend, "clock": measure_clock(db, args.service_root)})
+        elif args.compare:
+            results.append(measure(db, tokens, args.duration, args.service_root, phases=COMPARED))
         else:
             results.append(measure(db, tokens, args.duration, args.service_root))
         (OUT / f"results-{backend}.json").write_text(json.dumps({"machine": info, "build": builds[backend],
                                                                  **results[-1]}, indent=2))
     if args.build_only:
+        return
+    if args.compare:
+        print("\n".join(comparison(results)))
         return
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
