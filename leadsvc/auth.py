@@ -160,7 +160,7 @@ _CALLER_COLUMNS = {
     Member: (Member.id, Member.public_id, Member.workspace, Member.team, Member.name, Member.email, Member.role,
              Member.active),
     Workspace: (Workspace.id, Workspace.public_id, Workspace.name, Workspace.timezone, Workspace.currency,
-                Workspace.refs_version, Workspace.phone_regions),
+                Workspace.refs_version, Workspace.phone_regions, Workspace.working_hours, Workspace.first_response_minutes),
 }
 _CALLER_COLUMN_LIST = tuple(column for columns in _CALLER_COLUMNS.values() for column in columns)
 _DIGEST = "\x00digest\x00"   # stands for the digest in the query's SQL, which is written once per database
