@@ -1,12 +1,16 @@
-"""Pipeline reports: funnel, velocity and conversion, aggregated in SQL over the caller's scope.
+"""Pipeline reports: funnel, velocity, conversion and first response, in SQL over the caller's scope.
 
 Every report starts from the leads the caller may see (auth.lead_scope) narrowed by the report
 filters (listing.filter_leads), so a manager's report counts only its team. The database does the
-counting, grouping and ranking; Python only divides a handful of aggregates and names them.
+counting, grouping and ranking; Python only adds up and divides a handful of aggregates and names
+them.
 
 Percentiles are by nearest rank: the p-th percentile of n sorted values is the value at 1-based
 rank ceil(p * n / 100), so the median of an even count is the lower middle value, and every
 reported time is one that really occurred. The same SQL picks it on SQLite and PostgreSQL.
+
+Breakdowns by source and by owner list those with at least one counted lead, by name, the leads
+without one last.
 """
 
 from __future__ import annotations
@@ -18,16 +22,17 @@ import marshmallow as ma
 import peewee as pw
 from flask.views import MethodView
 
+from . import sla
 from .auth import Caller, caller, lead_scope, requires, sees_whole_workspace
 from .db import database, is_postgres
 from .documents import MemberRefSchema, RefSchema, StatusRefSchema, one
 from .extensions import Blueprint
 from .listing import ReportFilterQuery, filter_leads
-from .models import Lead, Transition
+from .models import Lead, Transition, utcnow
 from .refs import Refs, request_refs
 
 blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
-                description="Funnel, velocity and conversion of the leads in the caller's scope.")
+                description="Funnel, velocity, conversion and speed to lead of the leads in the caller's scope.")
 
 PERCENTILES = (50, 90)
 PERCENTILE_NAMES = ("median_seconds", "p90_seconds")
@@ -96,7 +101,9 @@ def ranked(query: pw.ModelSelect, value: pw.Node, bucket: pw.Node) -> dict[Any, 
 
 
 def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durations:
-    """The same as ranked() for one group of `count` values: ORDER BY value LIMIT 1 OFFSET rank - 1.
+    """The same as ranked() for one group of `count` values: ORDER BY value LIMIT 1 OFFSET, from
+    whichever end is nearer the rank (the value at rank r ascending is the one at rank count + 1 - r
+    descending), so a p90 walks a tenth of the values. The query must yield no NULL values.
 
     On a covering index of the value this walks to each rank without reading a row or sorting,
     which a window over the whole workspace cannot avoid; otherwise it is a bounded top-N sort.
@@ -104,9 +111,14 @@ def ranked_by_offset(query: pw.ModelSelect, value: pw.Node, count: int) -> Durat
     found: Durations = {"count": count}
     for p, name in zip(PERCENTILES, PERCENTILE_NAMES):
         rank = -(-count * p // 100)   # ceil(count * p / 100)
-        found[name] = int(query.select(value).order_by(value).limit(1).offset(rank - 1).scalar()) if count else None
+        order, skip = (value, rank - 1) if rank - 1 <= count - rank else (value.desc(), count - rank)
+        found[name] = int(query.select(value).order_by(order).limit(1).offset(skip).scalar()) if count else None
     return found
 
+
+def by_name(table: Mapping[int, Any]):
+    """The sort key of (id, tally) items: by the record's name, the item without one (None) last."""
+    return lambda item: (item[0] is None, table[item[0]].name if item[0] is not None else "", item[0] or 0)
 
 
 # --- what the reports look like ---------------------------------------------------------------
@@ -133,7 +145,7 @@ class FunnelSchema(ma.Schema):
 class DurationsSchema(ma.Schema):
     count = ma.fields.Integer(required=True)
     median_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
-        "description": "The 50th percentile by nearest rank (for an even count, the lower middle value)."})
+        "description": "The 50th percentile by nearest rank (of an even number of values, the lower middle one)."})
     p90_seconds = ma.fields.Integer(allow_none=True, required=True, metadata={
         "description": "The 90th percentile by nearest rank. " + RANK_HELP})
 
@@ -182,6 +194,40 @@ class ConversionSchema(ma.Schema):
     by_lost_reason = ma.fields.List(ma.fields.Nested(LostReasonCountSchema), required=True, metadata={
         "description": "The leads now lost, by the reason of their move: every reason of the workspace in its "
                        "order, then lost leads without a reason (if any)."})
+
+
+class ResponseTallySchema(DurationsSchema):
+    class Meta:
+        description = ("First responses to the leads that have a response due time (`sla.due_at`); leads created "
+                       "without an SLA are not in the report. median_seconds and p90_seconds are of the responded "
+                       "leads' `sla.response_seconds` (working seconds from creation to the first response), null "
+                       "when none responded.")
+
+    count = ma.fields.Integer(required=True, metadata={
+        "description": "Leads with a response due time: responded + overdue + those still due."})
+    responded = ma.fields.Integer(required=True, metadata={
+        "description": "Leads with a first response: met + missed."})
+    met = ma.fields.Integer(required=True, metadata={
+        "description": "Leads whose first response came at or before their due time."})
+    missed = ma.fields.Integer(required=True, metadata={
+        "description": "Leads whose first response came after their due time."})
+    overdue = ma.fields.Integer(required=True, metadata={
+        "description": "Leads without a response whose due time has passed."})
+
+
+class SourceResponseSchema(ResponseTallySchema):
+    source = ma.fields.Nested(RefSchema, allow_none=True, required=True)
+
+
+class OwnerResponseSchema(ResponseTallySchema):
+    owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
+
+
+class ResponseReportSchema(ResponseTallySchema):
+    by_owner = ma.fields.List(ma.fields.Nested(OwnerResponseSchema), required=True, metadata={
+        "description": "Owners with at least one lead in the report, by name; no owner last."})
+    by_source = ma.fields.List(ma.fields.Nested(SourceResponseSchema), required=True, metadata={
+        "description": "Sources with at least one lead in the report, by name; no source last."})
 
 
 # --- the reports -----------------------------------------------------------------------------
@@ -254,9 +300,6 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
     def outcome(tally: dict[str, int]) -> dict[str, Any]:
         return {"leads": sum(tally.values()), **tally, "won_rate": rate(tally["won"], tally["won"] + tally["lost"])}
 
-    def by_name(table: dict[int, Any]):
-        return lambda item: (item[0] is None, table[item[0]].name if item[0] is not None else "", item[0] or 0)
-
     # Only lost leads with a reason are in the partial index this reads (0010).
     lost_statuses = [status.id for status in refs.statuses.values() if status.kind == "lost"] or [0]
     reasons = dict(scoped(Lead.select(Lead.lost_reason, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs)
@@ -274,6 +317,56 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
         "by_owner": [{"owner": refs.members.get(key), **outcome(tally)}
                      for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
         "by_lost_reason": by_lost_reason,
+    }
+
+
+RESPONSE_STATES = ("met", "missed", "overdue")
+
+
+def response(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
+    """First responses met, missed and overdue, and their working seconds, overall, by owner and by source.
+
+    One GROUP BY owner, source counts each pair (sla.condition is the rule of each state), which
+    Python adds up per owner, per source and overall. The percentiles are of the responded leads:
+    for the whole workspace each owner's, each source's and the overall ones are walks down an
+    index of the seconds (0019); otherwise a window per breakdown ranks the leads in scope, and
+    the overall ones are a top-N sort.
+    """
+    leads = scoped(Lead.select(), who, filters, refs).where(Lead.response_due_at.is_null(False))
+    now = utcnow()
+    in_state = [pw.fn.COUNT(pw.Case(None, [(sla.condition([state], now), 1)])) for state in RESPONSE_STATES]
+    cells = leads.select(Lead.owner, Lead.source, pw.fn.COUNT(pw.SQL("*")), pw.fn.COUNT(Lead.first_response_at),
+                         *in_state).group_by(Lead.owner, Lead.source).tuples()
+    keys = ("count", "responded", *RESPONSE_STATES)
+    overall: dict[str, int] = dict.fromkeys(keys, 0)
+    by_owner: dict[int | None, dict[str, int]] = {}
+    by_source: dict[int | None, dict[str, int]] = {}
+    for owner_id, source_id, *counts in cells:
+        for tally in (overall, by_owner.setdefault(owner_id, dict.fromkeys(keys, 0)),
+                      by_source.setdefault(source_id, dict.fromkeys(keys, 0))):
+            for key, count in zip(keys, counts):
+                tally[key] += count
+
+    answered = leads.where(Lead.first_response_seconds.is_null(False))
+    seconds = Lead.first_response_seconds
+
+    def percentiles(column: pw.Field, tallies: dict[int | None, dict[str, int]]) -> dict[int | None, Durations]:
+        if whole_workspace(who, filters):
+            return {key: ranked_by_offset(answered.where(column == key), seconds, tally["responded"])
+                    for key, tally in tallies.items() if tally["responded"]}
+        return ranked(answered, seconds, bucket=column)
+
+    def with_percentiles(tally: dict[str, int], durations: Durations | None) -> dict[str, Any]:
+        found = durations or {}
+        return {**tally, **{name: found.get(name) for name in PERCENTILE_NAMES}}
+
+    owner_times, source_times = percentiles(Lead.owner, by_owner), percentiles(Lead.source, by_source)
+    return {
+        **with_percentiles(overall, ranked_by_offset(answered, seconds, overall["responded"])),
+        "by_owner": [{"owner": refs.members.get(key), **with_percentiles(tally, owner_times.get(key))}
+                     for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
+        "by_source": [{"source": refs.sources.get(key), **with_percentiles(tally, source_times.get(key))}
+                      for key, tally in sorted(by_source.items(), key=by_name(refs.sources))],
     }
 
 
@@ -310,3 +403,14 @@ class Conversion(MethodView):
     def get(self, filters):
         """Won rate overall, by source and by owner; lost leads by reason"""
         return {"data": conversion(caller(), filters, request_refs())}
+
+
+@blp.route("/response")
+class ResponseReport(MethodView):
+    @blp.doc(operationId="getResponseReport")
+    @requires("reports:read")
+    @blp.arguments(ReportFilterQuery(), location="query")
+    @blp.response(200, one(ResponseReportSchema))
+    def get(self, filters):
+        """First responses met, missed and overdue, and working time to the first response"""
+        return {"data": response(caller(), filters, request_refs())}

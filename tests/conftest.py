@@ -8,6 +8,7 @@ to point the tests at a server, except under CI=true, where that is a failure.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -20,9 +21,10 @@ import pytest
 
 from leadsvc import create_app, pipeline
 from leadsvc.auth import issue_token
-from leadsvc.db import database, make_database, migrate
+from leadsvc.db import database, is_postgres, make_database, migrate
 from leadsvc.delivery import Deliverer
-from leadsvc.models import NEVER, Delivery, Lead, Member, Status, Webhook, Workspace, new_public_id, utcnow
+from leadsvc.models import (NEVER, NO_TASK, Delivery, Lead, Member, Source, Status, Webhook, Workspace,
+                            new_public_id, utcnow)
 from leadsvc.provision import apply_setup, parse_setup
 from receiver import Receiver
 from served import InProcessServer
@@ -372,31 +374,50 @@ def email_lead_body(**fields: Any) -> dict[str, Any]:
     return {"first_name": "Asha", "email": f"asha.{uuid.uuid4().hex[:12]}@example.com", **fields}
 
 
-def bulk_leads(ws, count: int, rng: random.Random) -> None:
+def bulk_leads(ws, count: int, rng: random.Random, responses: bool = False) -> None:
     """Rows inserted directly (listing needs only the lead rows), with many ties on purpose.
+    With `responses`, a tenth have no owner, a third no source, and most have a response
+    due an hour after creation, most of those a first response within two hours.
 
     executemany on the driver: peewee builds SQL for each row of insert_many, which costs more
     than the database's own work here."""
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
     status = Status.get(Status.public_id == ws.ids.statuses["New"])
     agents = [ws.member(e) for e in ("n1@t.test", "n2@t.test", "s1@t.test")]
+    sources = [Source.get(Source.public_id == ws.ids.sources[name]).id for name in ("Website", "Referral")]
     base = datetime(2026, 1, 1)
     columns = ["workspace_id", "public_id", "first_name", "last_name", "phone", "status_id", "owner_id", "team_id",
                "score", "engagement", "version", "created_at", "updated_at", "status_changed_at",
                "last_activity_at", "activity_sort_at", "custom_fields", "score_reasons"]
+    if responses:
+        columns += ["source_id", "response_due_at", "first_response_at", "first_response_seconds", "response_sort_at"]
     rows = []
     for i in range(count):
         owner = agents[i % 3]
+        owner_id, team_id = (None, None) if responses and i % 10 == 9 else (owner.id, owner.team_id)
         created = base + timedelta(minutes=rng.randrange(300))
         active = created + timedelta(hours=1) if rng.random() < 0.5 else None
-        rows.append((workspace.id, new_public_id("ld_"), "", "", f"+9198{i:08d}", status.id, owner.id,
-                     owner.team_id, rng.randrange(10), 0, 1, created, created, created, active, active or NEVER,
-                     "{}", "[]"))
+        row = (workspace.id, new_public_id("ld_"), "", "", f"+9198{i:08d}", status.id, owner_id, team_id,
+               rng.randrange(10), 0, 1, created, created, created, active, active or NEVER, "{}", "[]")
+        if responses:
+            due = created + timedelta(hours=1) if i % 20 else None
+            seconds = rng.randrange(7200) if rng.random() < 0.9 else None
+            responded = created + timedelta(seconds=seconds) if seconds is not None else None
+            row += ((*sources, None)[i % 3], due, responded, seconds, due or NO_TASK)
+        rows.append(row)
     db = Lead._meta.database
     marks = ", ".join([db.param] * len(columns))
     sql = f'INSERT INTO "lead" ({", ".join(columns)}) VALUES ({marks})'
     with db.atomic():
         db.cursor().executemany(sql, rows)
+
+
+def plan(sql: str, params) -> str:
+    """The database's plan for a statement: PostgreSQL's as JSON text, SQLite's steps joined by ` | `."""
+    if is_postgres():
+        rows = database.execute_sql("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]
+        return json.dumps(rows if not isinstance(rows, str) else json.loads(rows))
+    return " | ".join(row[3] for row in database.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall())
 
 
 @pytest.fixture

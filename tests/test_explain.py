@@ -2,16 +2,15 @@
 role's scope) reads an index for both its scope filter and its order: no full scan, no sort step,
 at the first page and deep ones; and a create's duplicate lookup reads the contact indexes."""
 
-import json
 import random
 
 import pytest
 
-from conftest import bulk_leads
+from conftest import bulk_leads, plan
 from leadsvc import pipeline
 from leadsvc.auth import Caller, lead_scope
 from leadsvc.bulk_load import gather_statistics
-from leadsvc.db import database, is_postgres
+from leadsvc.db import is_postgres
 from leadsvc.listing import SORTS
 from leadsvc.models import Lead, Token, Workspace
 
@@ -26,14 +25,6 @@ def big_ws(ws):
     return ws
 
 
-def plan(query) -> str:
-    sql, params = query.sql()
-    if is_postgres():
-        rows = database.execute_sql("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]
-        return json.dumps(rows if not isinstance(rows, str) else json.loads(rows))
-    return " | ".join(row[3] for row in database.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall())
-
-
 def test_list_queries_use_the_scope_index_for_filter_and_order(big_ws):
     for role, (email, index_prefix) in ROLES.items():
         member = big_ws.member(email)
@@ -43,7 +34,7 @@ def test_list_queries_use_the_scope_index_for_filter_and_order(big_ws):
             first = list(order.apply(scoped, None).limit(51))
             deep_row = list(order.apply(scoped, None).offset(20_000 if role == "admin" else 5_000).limit(1))[0]
             for position in (None, order.position(deep_row)):
-                text = plan(order.apply(scoped, position).limit(51))
+                text = plan(*order.apply(scoped, position).limit(51).sql())
                 column = order.column.column_name
                 assert f"{index_prefix}_{column}_public_id" in text, (role, sort, text)
                 if is_postgres():
@@ -56,7 +47,7 @@ def test_list_queries_use_the_scope_index_for_filter_and_order(big_ws):
 def test_the_duplicate_lookup_reads_the_contact_indexes(big_ws):
     # A sample of the e-mail index sees only NULLs; planned on it, the lookup scanned the workspace.
     workspace = Workspace.get(Workspace.public_id == big_ws.public_id)
-    text = plan(pipeline.leads_with_contact(workspace.id, "+919800000042", "someone@example.test"))
+    text = plan(*pipeline.leads_with_contact(workspace.id, "+919800000042", "someone@example.test").sql())
     assert "lead_workspace_id_phone" in text and "lead_workspace_id_email" in text, text
     if is_postgres():
         assert '"Seq Scan"' not in text, text

@@ -14,6 +14,7 @@ OPERATIONS = [
     ("get", "/api/v1/reports/funnel", "bearerAuth"),
     ("get", "/api/v1/reports/velocity", "bearerAuth"),
     ("get", "/api/v1/reports/conversion", "bearerAuth"),
+    ("get", "/api/v1/reports/response", "bearerAuth"),
     ("get", "/forms/{form_id}", None),
     ("post", "/api/v1/forms/{form_id}/submissions", None),
 ]
@@ -38,7 +39,7 @@ def test_operation_is_published_with_its_security(client, published, method, pat
     assert published["paths"][path][method] == served["paths"][path][method], "run make openapi"
 
 
-@pytest.mark.parametrize("name", ["Funnel", "Velocity", "Conversion"])
+@pytest.mark.parametrize("name", ["Funnel", "Velocity", "Conversion", "ResponseReport"])
 def test_report_response_shapes_are_documented(published, name):
     schema = published["components"]["schemas"][name]
     assert schema["required"] and all("type" in p or "$ref" in p for p in schema["properties"].values())

@@ -131,7 +131,7 @@ def test_conversion_filtered_by_source_and_created_at(client, ws, pipeline_data)
 
 # --- scope and input -------------------------------------------------------------------------
 
-REPORTS = ["funnel", "velocity", "conversion"]
+REPORTS = ["funnel", "velocity", "conversion", "response"]
 
 
 @pytest.mark.parametrize("name", REPORTS)

@@ -89,6 +89,7 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/reports/funnel", "reports:read", shows="other"),
     Endpoint("GET", "/api/v1/reports/velocity", "reports:read", shows="other"),
     Endpoint("GET", "/api/v1/reports/conversion", "reports:read", shows="other"),
+    Endpoint("GET", "/api/v1/reports/response", "reports:read", shows="other"),
     Endpoint("GET", "/api/v1/statuses", None, shows="reference"),
     Endpoint("GET", "/api/v1/sources", None, shows="reference"),
     Endpoint("GET", "/api/v1/members", None, shows="reference"),
