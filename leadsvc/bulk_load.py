@@ -134,9 +134,11 @@ def add_leads(workspace: Workspace, count: int, *, seed: int = 1, now: datetime 
 def gather_statistics() -> None:
     """Statistics for the planner after a bulk load and, on PostgreSQL, the visibility map:
     without it an index-only scan visits the heap for every row, many times slower for a report
-    walking a large index. Autovacuum would get there eventually; a bulk load should not wait."""
+    walking a large index; the timers' too, or PostgreSQL, guessing, reads the whole timer table
+    for the clock's "is anything due" instead of one entry of its fire_at index. Autovacuum would
+    get there eventually; a bulk load should not wait."""
     if is_postgres():
-        database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity, task")   # never inside a transaction
+        database.execute_sql("VACUUM (ANALYZE) lead, lead_name_part, transition, activity, task, timer")   # never inside a transaction
         return
     # A full ANALYZE of a large load reads every index whole; a sample of each
     # index is enough for the planner.

@@ -162,5 +162,5 @@ def test_a_bulk_load_samples_its_statistics_on_the_writer_connection(client, ws,
     monkeypatch.setattr(type(database.obj), "execute_sql", spy)
     workspace = Workspace.get(Workspace.public_id == ws.public_id)
     bulk_load.add_leads(workspace, 20, seed=5)
-    expected = ("VACUUM (ANALYZE) lead, lead_name_part, transition, activity, task", None) if is_postgres() else ("ANALYZE", 1000)
+    expected = ("VACUUM (ANALYZE) lead, lead_name_part, transition, activity, task, timer", None) if is_postgres() else ("ANALYZE", 1000)
     assert statistics == [expected]
