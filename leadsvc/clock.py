@@ -22,6 +22,8 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any, Callable, Iterable, Sequence
 
+import peewee as pw
+
 from .db import UNAVAILABLE_ERRORS, database, is_postgres, transaction
 from .delivery import release_connection
 from .models import Timer, utcnow
@@ -77,6 +79,16 @@ def arm_all(timers: Sequence[tuple[str, int, int, datetime]]) -> None:
     database.execute_sql(_arm_sql(database.obj, len(timers)), params)
     if soonest <= utcnow():
         database.after_commit(wake.set)
+
+
+def arm_from(kind: str, query: Any, workspace: Any, subject: Any, at: Any) -> None:
+    """arm() for every row of a model query, in one INSERT ... SELECT: its `workspace`, `subject`
+    and `at` columns (a bulk load's timers still ahead, the leads a setup change re-dates)."""
+    rows = query.select(workspace, pw.Value(kind), subject, at, at)
+    (Timer.insert_from(rows, [Timer.workspace, Timer.kind, Timer.subject, Timer.due_at, Timer.fire_at])
+     .on_conflict(conflict_target=[Timer.kind, Timer.subject], preserve=[Timer.workspace, Timer.due_at, Timer.fire_at])
+     .execute())
+    database.after_commit(wake.set)
 
 
 @functools.cache

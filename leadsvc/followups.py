@@ -20,7 +20,7 @@ from .conditional import check_if_match, lock_lead
 from .db import for_update, transaction
 from .documents import task_documents
 from .history import Actor, plain, record_activity, record_audit
-from .models import CONTACT_KINDS, NO_TASK, Lead, Member, Task, Timer, Workspace, utcnow
+from .models import CONTACT_KINDS, NO_TASK, Lead, Member, Task, Workspace, utcnow
 from .problems import Conflict, NotFound, ValidationFailed
 from .refs import Refs, cached_refs
 
@@ -52,10 +52,8 @@ def arm_reminders_ahead(workspace_id: int, now: datetime) -> None:
     bulk (the demo): as if the clock had run all along, what fell due before `now` has fired."""
     for column, kind in REMINDERS.items():
         time = getattr(Task, column)
-        due = Task.select(Task.workspace, pw.Value(kind), Task.id, time, time).where(
-            (Task.workspace == workspace_id) & (Task.state == "open") & (time > now))
-        Timer.insert_from(due, [Timer.workspace, Timer.kind, Timer.subject, Timer.due_at, Timer.fire_at]) \
-            .on_conflict_ignore().execute()
+        clock.arm_from(kind, Task.select().where((Task.workspace == workspace_id) & (Task.state == "open") & (time > now)),
+                       Task.workspace, Task.id, time)
 
 
 @clock.timer("task.due")

@@ -10,10 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Callable
 
-import peewee as pw
-
 from . import clock, events, sla
-from .db import database, is_postgres
 from .models import Lead, Timer, Workspace
 from .refs import Refs, cached_refs
 
@@ -71,23 +68,8 @@ def redate_stale(workspace_id: int, status_id: int, days: int | None) -> None:
     if days is None:
         Lead.update(stale_since=None).where(in_status).execute()
         return
-    Lead.update(stale_since=_days_after_last_touch(days)).where(in_status).execute()
-    Timer.insert_from(Lead.select(Lead.workspace, pw.Value(STALE), Lead.id, Lead.stale_since, Lead.stale_since)
-                      .where(in_status), [Timer.workspace, Timer.kind, Timer.subject, Timer.due_at, Timer.fire_at]) \
-        .execute()
-    database.after_commit(clock.wake.set)
-
-
-def _days_after_last_touch(days: int) -> pw.Node:
-    """SQL of sla.stale_since: the later of a lead's last move and last contact, plus `days`."""
-    last_contact = pw.fn.COALESCE(Lead.last_activity_at, Lead.status_changed_at)
-    if is_postgres():
-        return pw.fn.GREATEST(Lead.status_changed_at, last_contact) + pw.SQL("make_interval(days => %s)", (days,))
-    # Whole days leave the fraction of a second as it was: the date and time moved, then the
-    # stored fraction (".ffffff", or none), so the value is to the microsecond and in the format
-    # every datetime column holds, and compares as the same time written from Python would.
-    last_touch = pw.fn.MAX(Lead.status_changed_at, last_contact)
-    return pw.fn.strftime("%Y-%m-%d %H:%M:%S", last_touch, f"+{days} days").concat(pw.fn.substr(last_touch, 20))
+    Lead.update(stale_since=sla.stale_since_sql(days)).where(in_status).execute()
+    clock.arm_from(STALE, Lead.select().where(in_status), Lead.workspace, Lead.id, Lead.stale_since)
 
 
 def arm_ahead(workspace_id: int, now: datetime) -> None:
@@ -96,10 +78,8 @@ def arm_ahead(workspace_id: int, now: datetime) -> None:
     ahead = {RESPONSE_OVERDUE: (Lead.response_due_at, [Lead.first_response_at.is_null()]),
              STALE: (Lead.stale_since, [])}
     for kind, (time, unanswered) in ahead.items():
-        due = Lead.select(Lead.workspace, pw.Value(kind), Lead.id, time, time).where(
-            Lead.workspace == workspace_id, time > now, *unanswered)
-        Timer.insert_from(due, [Timer.workspace, Timer.kind, Timer.subject, Timer.due_at, Timer.fire_at]) \
-            .on_conflict_ignore().execute()
+        clock.arm_from(kind, Lead.select().where(Lead.workspace == workspace_id, time > now, *unanswered),
+                       Lead.workspace, Lead.id, time)
 
 
 @clock.timer(RESPONSE_OVERDUE)

@@ -23,6 +23,7 @@ from typing import Iterable
 
 import peewee as pw
 
+from .db import is_postgres
 from .models import NEVER, Lead, Workspace
 from .working_hours import WorkingHours
 
@@ -64,6 +65,19 @@ def stale_since(status_changed_at: datetime, last_activity_at: datetime | None, 
     if days is None:
         return None
     return max(status_changed_at, last_activity_at or NEVER) + timedelta(days=days)
+
+
+def stale_since_sql(days: int) -> pw.Node:
+    """stale_since() in SQL, for an UPDATE of many leads: the later of the last move and the last
+    contact, plus `days`."""
+    last_contact = pw.fn.COALESCE(Lead.last_activity_at, Lead.status_changed_at)
+    if is_postgres():
+        return pw.fn.GREATEST(Lead.status_changed_at, last_contact) + pw.SQL("make_interval(days => %s)", (days,))
+    # Whole days leave the fraction of a second as it was: the date and time moved, then the
+    # stored fraction (".ffffff", or none), so the value is to the microsecond and in the format
+    # every datetime column holds, and compares as the same time written from Python would.
+    last_touch = pw.fn.MAX(Lead.status_changed_at, last_contact)
+    return pw.fn.strftime("%Y-%m-%d %H:%M:%S", last_touch, f"+{days} days").concat(pw.fn.substr(last_touch, 20))
 
 
 def state(due: datetime | None, responded: datetime | None, now: datetime) -> str | None:
