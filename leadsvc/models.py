@@ -211,6 +211,36 @@ class Form(BaseModel):
         indexes = ((("workspace", "name"), True),)
 
 
+CONNECTOR_KINDS = ("google_ads", "meta", "indiamart", "justdial", "generic")
+
+
+class Connector(BaseModel):
+    """An inbound lead feed (DESIGN section 19, migration 0020). Its key is never stored: it
+    derives from `webhooks.secret_key` and `key_salt`, as a webhook's secret does."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("conn_")
+    name = pw.CharField(max_length=100)
+    kind = pw.CharField(max_length=16)
+    source = pw.ForeignKeyField(Source, null=True, index=False, backref="+")
+    key_salt = pw.CharField(max_length=64)
+    # What setup says beyond the columns: custom_fields (sender column -> custom field), map and
+    # external_id (generic), the names of the environment variables holding a sender's secrets
+    # (app_secret_env, page_token_env, crm_key_env), notice_version.
+    settings = pw.JSONField(default=dict)
+    last_received_at = pw.DateTimeField(null=True)
+    last_error = pw.CharField(max_length=500, null=True)   # null once the sender's next payload is used
+    last_error_at = pw.DateTimeField(null=True)
+    # A pulling connector (IndiaMART): the end of the last window read in full, and no pull
+    # before pull_after (its interval, or the wait a sender asked for).
+    pulled_until = pw.DateTimeField(null=True)
+    pull_after = pw.DateTimeField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
 class Rule(BaseModel):
     workspace = pw.ForeignKeyField(Workspace, backref="rules", on_delete="CASCADE", index=False)
     public_id = PublicIdField("rule_")
@@ -290,6 +320,14 @@ class Lead(BaseModel):
     first_response_seconds = pw.IntegerField(null=True)
     response_sort_at = pw.DateTimeField(default=NO_TASK, constraints=[pw.SQL("DEFAULT '9999-12-31 00:00:00'")])
     stale_since = pw.DateTimeField(null=True)
+    # Attribution (0020): how it came in (api, form, import, or a connector's kind), the
+    # connector, and the rest of DESIGN section 19's keys (external_id, campaign and ad ids,
+    # click ids, utm_*) as sent; `campaign` is attribution's campaign_id, else its utm_campaign,
+    # the key the conversion report groups by.
+    channel = pw.CharField(max_length=16, default="api", constraints=[pw.SQL("DEFAULT 'api'")])
+    connector = pw.ForeignKeyField(Connector, null=True, index=False, backref="+")
+    attribution = pw.JSONField(null=True)
+    campaign = pw.CharField(max_length=200, null=True)
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -375,6 +413,7 @@ class Attributed(BaseModel):
     actor_token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
     actor_member = pw.ForeignKeyField(Member, null=True, backref="+", index=False)
     actor_form = pw.ForeignKeyField(Form, null=True, backref="+", index=False)
+    actor_connector = pw.ForeignKeyField(Connector, null=True, backref="+", index=False)   # 0020
 
 
 class Transition(Attributed):
@@ -585,6 +624,45 @@ Delivery.add_index(Delivery.index(Delivery.next_attempt_at, where=Delivery.next_
                                   name="delivery_due"))
 
 
+INTAKE_OUTCOMES = ("created", "duplicate", "rejected", "test", "pending")
+
+
+class Intake(BaseModel):
+    """One payload a connector received (DESIGN section 19, migration 0020): kept with its
+    outcome, whatever became of it. A queued fetch (Meta's Graph API) is due at next_attempt_at,
+    claimed and retried as a webhook delivery is."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    connector = pw.ForeignKeyField(Connector, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("in_")
+    external_id = pw.CharField(max_length=200, null=True)   # the sender's own id: unique per connector
+    outcome = pw.CharField(max_length=16, default="pending")
+    lead = pw.ForeignKeyField(Lead, null=True, on_delete="SET NULL", index=False, backref="+")
+    errors = pw.JSONField(null=True)           # a rejected one's problems, by field, as a 422's
+    payload = pw.JSONField(null=True)          # as received; null once cut (30 days) or erased
+    received_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+    attempts = pw.IntegerField(default=0)      # a queued fetch's, as a delivery's (the claim's fence)
+    failures = pw.IntegerField(default=0)
+    last_error = pw.CharField(max_length=500, null=True)
+    next_attempt_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = (
+            (("connector", "received_at", "public_id"), False),
+            (("connector", "outcome", "received_at", "public_id"), False),
+        )
+
+
+Intake.add_index(Intake.index(Intake.connector, Intake.external_id, unique=True,
+                              where=Intake.external_id.is_null(False), name="intake_connector_id_external_id"))
+Intake.add_index(Intake.index(Intake.lead, where=Intake.lead.is_null(False), name="intake_lead_id"))
+Intake.add_index(Intake.index(Intake.next_attempt_at, where=Intake.next_attempt_at.is_null(False),
+                              name="intake_due"))
+# What the 30-day cut finds: kept payloads, oldest first.
+Intake.add_index(Intake.index(Intake.received_at, where=Intake.payload.is_null(False), name="intake_payload_kept"))
+
+
 class Timer(BaseModel):
     """A time at which something is due, for the clock (clock.py, migration 0016): one per kind
     and subject, the integer id of the row it is about."""
@@ -602,5 +680,5 @@ class Timer(BaseModel):
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
-    Webhook, Event, Delivery, Timer, Task,
+    Webhook, Event, Delivery, Timer, Task, Connector, Intake,
 ]
