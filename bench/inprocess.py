@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
 import shutil
 import statistics
@@ -80,19 +81,24 @@ def main() -> None:
         profile = cProfile.Profile()
         profile.enable()
     times = []
+    server = ServerCpu(url)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(args.n):
         started = time.perf_counter()
         one()
         times.append(time.perf_counter() - started)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    server_cpu = server.seconds()
+    server_blocks = server.blocks_since() if server_cpu is not None else None
     if profile is not None:
         profile.disable()
         profile.dump_stats(args.profile)
     p50 = 1000 * statistics.median(times) if times else 0.0
     print(f"{args.app} {args.path}: {args.n} requests, {1000 * wall / max(1, args.n):.3f} ms wall "
           f"(p50 {p50:.3f} ms) and {1000 * cpu / max(1, args.n):.3f} ms CPU each; "
-          f"statuses {dict(sorted(statuses.items()))}")
+          f"statuses {dict(sorted(statuses.items()))}"
+          + (f"; database server {1000 * server_cpu / max(1, args.n):.3f} ms CPU and "
+             f"{server_blocks / max(1, args.n):.1f} buffer reads each" if server_cpu is not None else ""))
 
 
 def _app(which: str, url: str, env: dict[str, str]):
@@ -100,8 +106,6 @@ def _app(which: str, url: str, env: dict[str, str]):
         import baseline
 
         return baseline.create_app(url)
-    import os
-
     os.environ.update(env)   # production settings, limits that never trip (as make bench serves)
     from leadsvc import create_app
 
@@ -150,6 +154,50 @@ class Requests:
                 "wsgi.run_once": False, "wsgi.version": (1, 0), "CONTENT_TYPE": "application/json",
                 "CONTENT_LENGTH": str(len(body)), "HTTP_HOST": "127.0.0.1:8080",
                 "HTTP_AUTHORIZATION": f"Bearer {self.token}", "HTTP_USER_AGENT": "wrk", "HTTP_ACCEPT": "*/*"}
+
+
+class ServerCpu:
+    """The CPU time PostgreSQL's backends of this database spent from here on (None on SQLite,
+    which runs in this process): the other half of a request's cost, read from /proc, so it
+    counts work rather than waiting, whatever else the machine runs."""
+
+    def __init__(self, url: str):
+        self.url = url if url.startswith("postgresql") else None
+        self.start = self._ticks() if self.url else {}
+        self.start_blocks = self.blocks() if self.url else 0
+
+    def blocks(self) -> int:
+        """Shared buffers this database's backends read or found, as its statistics count them: a
+        count of work that load does not move (a backend reports it within a second of idling)."""
+        with _connect(self.url) as conn:
+            return conn.execute("SELECT blks_hit + blks_read FROM pg_stat_database "
+                                "WHERE datname = current_database()").fetchone()[0]
+
+    def blocks_since(self) -> int:
+        time.sleep(1.5)
+        with _connect(self.url) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+        return self.blocks() - self.start_blocks
+
+    def _ticks(self) -> dict[int, int]:
+        with _connect(self.url) as conn:
+            pids = [row[0] for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        ticks = {}
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue   # not on this machine, or gone
+            ticks[pid] = int(fields[11]) + int(fields[12])   # utime + stime
+        return ticks
+
+    def seconds(self) -> float | None:
+        if self.url is None:
+            return None
+        end = self._ticks()
+        spent = sum(t - self.start.get(pid, 0) for pid, t in end.items())
+        return spent / os.sysconf("SC_CLK_TCK")
 
 
 def _connect(url: str):
