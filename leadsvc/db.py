@@ -229,6 +229,45 @@ def read_rows(columns: Sequence[pw.Field], sql: str, params: Sequence[Any]) -> l
     return [read(row) for row in database.execute_sql(sql, params).fetchall()]
 
 
+def insert_rows(model: type[pw.Model], rows: Sequence[dict[str, Any]]) -> None:
+    """INSERT rows of a model, each a dict by field name, all naming the same fields; a model
+    with a public id gets a new one for each row that does not name it.
+
+    For the small rows a change writes beside it (history, name parts), building a peewee query
+    per call costs more than the database's work: the statement is written once per database,
+    fields and row count, and each value goes through its field's db_value as peewee's own
+    inserts do, but for JSON, sent as its text (peewee wraps it in an SQL function call, which a
+    statement written once cannot hold). Nothing is returned (no ids)."""
+    if not rows:
+        return
+    names = list(rows[0])
+    fields = [getattr(model, name) for name in names]
+    public_id = getattr(model, "public_id", None)
+    make_public_id = public_id is not None and "public_id" not in rows[0]
+    if make_public_id:
+        fields.append(public_id)
+    params = []
+    for row in rows:
+        params += [_insert_param(field, row[name]) for field, name in zip(fields, names)]
+        if make_public_id:
+            params.append(public_id.default())
+    key = (id(database.obj), len(rows), *map(id, fields))   # by identity, as _row_reader's
+    if key not in _insert_sqls:
+        sql, values = model.insert_many([(None,) * len(fields)] * len(rows), fields=fields).sql()
+        assert len(values) == len(params), "every value is a parameter"
+        _insert_sqls[key] = sql
+    database.execute_sql(_insert_sqls[key], params)
+
+
+_insert_sqls: dict[tuple, str] = {}
+
+
+def _insert_param(field: pw.Field, value: Any) -> Any:
+    if isinstance(field, pw.JSONField):
+        return None if value is None else jsoncodec.text(value)
+    return field.db_value(value)
+
+
 def ping() -> None:
     """Raise one of UNAVAILABLE_ERRORS unless the database answers a query."""
     database.execute_sql("SELECT 1").fetchone()

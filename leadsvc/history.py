@@ -12,6 +12,7 @@ import peewee as pw
 from flask import g
 
 from .auth import Caller, caller, in_lead_scope, lead_scope, member_scope, require
+from .db import insert_rows
 from .fields import rfc3339
 from .models import Activity, AuditEntry, Form, Lead, Member, Token, Workspace, utcnow
 
@@ -89,7 +90,7 @@ def activity_row(lead: Lead, actor: Actor, kind: str, summary: str, data: dict |
             "occurred_at": at or now, "created_at": now, **actor.columns()}
 
 
-def record_audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> AuditEntry:
+def record_audit(lead: Lead, actor: Actor, action: str, changes: dict[str, Any]) -> None:
     """Add an audit entry with the old and new value of each change (in the caller's transaction)."""
-    return AuditEntry.create(workspace=lead.workspace_id, lead=lead.id, action=action, changes=changes,
-                             request_id=actor.request_id, **actor.columns())
+    insert_rows(AuditEntry, [{"workspace": lead.workspace_id, "lead": lead.id, "action": action, "changes": changes,
+                              "request_id": actor.request_id, "at": utcnow(), **actor.columns()}])

@@ -19,7 +19,7 @@ from . import events, followups, lead_timers, routing, search
 from .conditional import check_if_match, lock_lead
 from .consent import consent_again, new_consent
 from .custom_fields import check_custom_fields
-from .db import any_of, for_update, transaction
+from .db import any_of, for_update, insert_rows, transaction
 from .documents import ActorNames, activity_document, member_ref, note_document, status_ref, transition_document
 from .extensions import check_storable
 from .history import Actor, activity_row, plain, record_activity, record_audit
@@ -158,12 +158,12 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
                  "owner")}
-    Transition.create(workspace=lead.workspace_id, lead=lead.id, from_status=None, to_status=lead.status_id,
-                      at=lead.created_at, **actor.columns())
-    Activity.insert_many([
+    insert_rows(Transition, [{"workspace": lead.workspace_id, "lead": lead.id, "from_status": None,
+                              "to_status": lead.status_id, "at": lead.created_at, **actor.columns()}])
+    insert_rows(Activity, [
         activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
         activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
-    ]).execute()
+    ])
     if lead.consent is not None:
         recorded["consent"] = lead.consent["id"]
     record_audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()

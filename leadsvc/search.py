@@ -22,7 +22,7 @@ from typing import Iterable
 
 import peewee as pw
 
-from .db import database
+from .db import database, insert_rows
 from .models import Lead, LeadNamePart
 from .fields import is_phone_text, trim
 
@@ -162,5 +162,4 @@ def save_name_parts(leads: Iterable[Lead], *, replace: bool = False) -> None:
         LeadNamePart.delete().where(LeadNamePart.lead.in_([lead.id for lead in leads])).execute()
     rows = [{"lead": lead.id, "workspace": lead.workspace_id, "part": part}
             for lead in leads for part in parts_of(lead.name_key)]
-    if rows:
-        LeadNamePart.insert_many(rows).execute()
+    insert_rows(LeadNamePart, rows)
