@@ -120,6 +120,7 @@ ENDPOINTS = [
              shows="other"),
     Endpoint("POST", "/api/v1/tasks/{task}/cancel", "tasks:write", shows="other"),
     Endpoint("GET", "/api/v1/leads?filter[next_task]=overdue", "leads:read", shows="leads"),
+    Endpoint("GET", "/api/v1/leads?filter[channel]=api", "leads:read", shows="leads"),
 ]
 MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
