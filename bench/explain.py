@@ -6,6 +6,7 @@ sorted, which is cheap), except a common name word: it reads the scope's sort in
 checks each lead's name key. The next-task filters of the lead list (in the next_task_due_at order
 they are a range of its index), and the task list of each role: open tasks by due time, closed
 ones most recent first, and an assignee's tasks due today, each on its index without a sort step.
+The conversion report of a whole workspace: one GROUP BY on the report index, without a sort step.
 
     .venv/bin/python bench/explain.py sqlite:///bench/.cache/leads-1000000.sqlite3
 """
@@ -18,11 +19,12 @@ from datetime import datetime
 
 os.environ.setdefault("LEADSVC_CONFIG", os.devnull)
 
-from leadsvc import create_app, pipeline, search  # noqa: E402
+from leadsvc import create_app, pipeline, reports, search  # noqa: E402
+from leadsvc.auth import Caller  # noqa: E402
 from leadsvc.db import database, is_postgres  # noqa: E402
 from leadsvc.config import settings  # noqa: E402
 from leadsvc.listing import SORTS, TASK_SORTS, Period, next_task_condition  # noqa: E402
-from leadsvc.models import Lead, Member, Task, Workspace  # noqa: E402
+from leadsvc.models import Lead, Member, Task, Token, Workspace  # noqa: E402
 from leadsvc.refs import cached_refs  # noqa: E402
 
 SCOPES = {"admin": lambda m: Lead.workspace == m.workspace_id,
@@ -77,8 +79,19 @@ def main(url: str) -> int:
                 failed = [f"{index} unused"] if index not in " ".join(lines) else []
             failures += report(failed, f"{role:<8} q {label:<24}", lines)
     with app.app_context():
-        failures += next_task_plans() + task_plans()
+        failures += next_task_plans() + task_plans() + conversion_plan()
     return failures
+
+
+def conversion_plan() -> int:
+    """The conversion report of a whole workspace: every breakdown from one pass over the report index."""
+    member = Member.get(Member.email == ROLE_EMAILS["admin"])
+    workspace = Workspace.get_by_id(member.workspace_id)
+    query = reports.conversion_groups(Caller(Token(), member, workspace, frozenset()), {},
+                                      cached_refs(workspace, settings()))
+    lines = plan(query)
+    return report(problems(lines, ("lead_workspace_id_status_id_source_id_owner_id_channel_c",)),
+                  f"{'admin':<8} {'conversion report':<24}", lines)
 
 
 TASK_SORT_INDEXES = {"admin": "lead_workspace_id_task_sort_at_public_id", "manager": "lead_team_id_task_sort_at_public_id",

@@ -7,9 +7,11 @@ or e-mail matches a lead (one already there, or one an earlier row created) crea
 is reported as a duplicate, so running the same file again creates nothing twice; with
 on_duplicate `update` or `fill_empty` the row's cells then update that lead as an API upsert does.
 
-Columns: first_name, last_name, phone, email, source (a name or a src_ id), estimated_value, and
-one column per custom field, named by the field. The columns an export adds (id, status, owner,
-score, ...) are ignored, so an export imports as it is; any other column is an error.
+Columns: first_name, last_name, phone, email, source (a name or a src_ id), estimated_value, the
+attribution an API create may send (attribution.utm_source, attribution.gclid, ...), and one
+column per custom field, named by the field. The columns an export adds (id, status, owner,
+score, attribution.channel, ...) are ignored, so an export imports as it is; any other column is
+an error. The leads' channel is `import`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from .history import Actor
 from .models import Workspace
 from .problems import Problem
 from .refs import Refs
-from .schemas import LeadCreateSchema
+from .schemas import ATTRIBUTION_PREFIX, AttributionSentSchema, LeadCreateSchema
 
 CONTACT_COLUMNS = ("first_name", "last_name", "phone", "email", "source", "estimated_value")
-IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS)
+ATTRIBUTION_COLUMNS = tuple(ATTRIBUTION_PREFIX + name for name in AttributionSentSchema().fields)
+IGNORED_COLUMNS = frozenset(EXPORT_COLUMNS) - set(CONTACT_COLUMNS) - set(ATTRIBUTION_COLUMNS)
 AMOUNT = re.compile(r"^\d[\d,]*(\.\d+)?$")   # 250000, 2,50,000.50 (any digit grouping)
 
 
@@ -72,12 +75,13 @@ def check_header(header: list[str] | None, refs: Refs) -> list[str]:
     if not header:
         raise ImportFileError("The file is empty; the first row must name the columns.")
     columns = [trim(name).lower() for name in header]
-    known = set(CONTACT_COLUMNS) | set(refs.custom_fields) | IGNORED_COLUMNS
+    known = set(CONTACT_COLUMNS) | set(ATTRIBUTION_COLUMNS) | set(refs.custom_fields) | IGNORED_COLUMNS
     unknown = [name for name in columns if name not in known]
     if unknown:
         raise ImportFileError(
-            f"Unknown columns: {', '.join(unknown) or '(empty)'}. Use {', '.join(CONTACT_COLUMNS)} and the "
-            f"custom fields ({', '.join(sorted(refs.custom_fields)) or 'none defined'}).")
+            f"Unknown columns: {', '.join(unknown) or '(empty)'}. Use {', '.join(CONTACT_COLUMNS)}, the "
+            f"attribution ({', '.join(ATTRIBUTION_COLUMNS)}) and the custom fields "
+            f"({', '.join(sorted(refs.custom_fields)) or 'none defined'}).")
     repeated = sorted({name for name in columns if columns.count(name) > 1})
     if repeated:
         raise ImportFileError(f"Columns named more than once: {', '.join(repeated)}.")
@@ -137,6 +141,7 @@ def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[st
     """A create body from a row's text cells, and what could not be read (by column)."""
     body: dict[str, Any] = {}
     custom: dict[str, Any] = {}
+    attribution: dict[str, str] = {}
     problems: dict[str, list[str]] = {}
     for name, raw in cells.items():
         text = _unescape(trim(raw))
@@ -149,12 +154,16 @@ def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[st
                 body["source"] = _source_id(text, refs)
             elif name == "estimated_value":
                 body["estimated_value"] = _amount(text)
+            elif name in ATTRIBUTION_COLUMNS:
+                attribution[name.removeprefix(ATTRIBUTION_PREFIX)] = text
             else:
                 custom[name] = cell_value(text, refs.custom_fields[name].type)
         except ValueError as exc:
             problems[name if name in CONTACT_COLUMNS else f"custom_fields.{name}"] = [str(exc)]
     if custom:
         body["custom_fields"] = custom
+    if attribution:
+        body["attribution"] = attribution
     return body, problems
 
 

@@ -17,7 +17,8 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Consent, Form, Lead, Member, Status, Task, Token, utcnow
+from .models import (CHANNELS, FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Consent, Form, Lead, Member,
+                     Status, Task, Token, utcnow)
 from .scoring import band
 from .sla import SLA_STATES, state as sla_state
 
@@ -252,6 +253,29 @@ class SlaSchema(ma.Schema):
                                                  "met: responded by due_at; missed: responded after it."})
 
 
+class AttributionSchema(ma.Schema):
+    """Where the lead came from, as it was when it was created (first touch); the keys it was not
+    given are left out."""
+
+    channel = ma.fields.String(required=True, metadata={
+        "enum": list(CHANNELS), "description": "How it came in: api, form (a web form), import (a CSV file), or the "
+                                               "kind of the connector it came through."})
+    connector = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
+        "description": "The connector it came through; null for the other channels."})
+    external_id = ma.fields.String(metadata={"description": "The connector's sender's own id of the lead."})
+    campaign_id = ma.fields.String()
+    adgroup_id = ma.fields.String()
+    ad_id = ma.fields.String()
+    form_id = ma.fields.String(metadata={"description": "The ad platform's lead form id."})
+    gclid = ma.fields.String()
+    fbclid = ma.fields.String()
+    utm_source = ma.fields.String()
+    utm_medium = ma.fields.String()
+    utm_campaign = ma.fields.String()
+    utm_term = ma.fields.String()
+    utm_content = ma.fields.String()
+
+
 class LeadSchema(ma.Schema):
     id = ma.fields.String(required=True)
     contact = ma.fields.Nested(ContactSchema, required=True)
@@ -285,6 +309,7 @@ class LeadSchema(ma.Schema):
     stale_since = UtcDateTime(allow_none=True, required=True, metadata={
         "description": "When it went, or will go, stale: its last move or contact plus its status's stale_after_days; "
                        "null in a status without the setting."})
+    attribution = ma.fields.Nested(AttributionSchema, required=True)
     activities = ma.fields.List(ma.fields.Nested(ActivitySchema), metadata={"description": "With include=activities."})
     notes = ma.fields.List(ma.fields.Nested(NoteSchema), metadata={"description": "With include=notes."})
     tasks = ma.fields.List(ma.fields.Nested(TaskSchema), metadata={
@@ -421,7 +446,8 @@ LEAD_COLUMNS = (Lead.public_id, Lead.first_name, Lead.last_name, Lead.phone, Lea
                 Lead.owner, Lead.team, Lead.estimated_value, Lead.custom_fields, Lead.score, Lead.score_reasons,
                 Lead.created_at, Lead.updated_at, Lead.last_activity_at, Lead.status_changed_at, Lead.lost_reason,
                 Lead.consent, Lead.do_not_contact, Lead.erased_at, Lead.next_task_due_at, Lead.open_tasks,
-                Lead.response_due_at, Lead.first_response_at, Lead.first_response_seconds, Lead.stale_since)
+                Lead.response_due_at, Lead.first_response_at, Lead.first_response_seconds, Lead.stale_since,
+                Lead.channel, Lead.connector, Lead.attribution)
 
 
 
@@ -463,6 +489,8 @@ def lead_document(lead: Any, refs: Refs) -> dict[str, Any]:
         "open_tasks": lead.open_tasks,
         "sla": sla_document(lead),
         "stale_since": rfc3339(lead.stale_since),
+        "attribution": {"channel": lead.channel, "connector": related["connector"].get(lead.connector_id),
+                        **(lead.attribution or {})},
     }
 
 

@@ -30,9 +30,10 @@ from .config import settings
 from .extensions import Blueprint
 from .fields import rfc3339
 from .listing import SORTS, LeadFilterQuery, filter_leads, unknown_filters
-from .models import Lead
+from .models import ATTRIBUTION_KEYS, Lead
 from .problems import TooManyRequests
 from .refs import Refs, request_refs
+from .schemas import ATTRIBUTION_PREFIX
 from .scoring import band
 
 blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",
@@ -40,12 +41,15 @@ blp = Blueprint("export", __name__, url_prefix="/api/v1/leads",
 
 CHUNK = 500
 RETRY_AFTER_BUSY = 5   # seconds a client waits when every export writer is busy
+# The attribution's columns are named as in the lead document (attribution.utm_source): a custom
+# field's name, snake_case, never holds a dot, so no custom field column can take one of theirs.
+ATTRIBUTION_COLUMNS = tuple(ATTRIBUTION_PREFIX + key for key in ("channel", "connector", *ATTRIBUTION_KEYS))
 # The import's columns first, so an export can be imported into another workspace as it is; the
 # import ignores the others (csv_import.IGNORED_COLUMNS). New columns go last, before the custom
 # fields, so that readers going by position keep theirs.
 COLUMNS = ("id", "first_name", "last_name", "phone", "email", "source", "estimated_value", "currency",
            "status", "owner", "owner_email", "team", "score", "score_band", "created_at", "updated_at",
-           "status_changed_at", "last_activity_at", "lost_reason", "next_task_due_at")
+           "status_changed_at", "last_activity_at", "lost_reason", "next_task_due_at", *ATTRIBUTION_COLUMNS)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -152,7 +156,8 @@ def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
     source, owner = refs.sources.get(lead.source_id), refs.members.get(lead.owner_id)
     team = refs.teams.get(lead.team_id)
     status, lost_reason = refs.statuses[lead.status_id], refs.lost_reasons.get(lead.lost_reason_id)
-    custom = lead.custom_fields or {}
+    custom, attribution = lead.custom_fields or {}, lead.attribution or {}
+    connector = refs.connectors.get(lead.connector_id)
     # The phone is E.164 checked on the way in (a + and digits): it stays as it is.
     return [lead.public_id, safe_cell(lead.first_name), safe_cell(lead.last_name), lead.phone or "",
             safe_cell(lead.email or ""), safe_cell(source.name) if source else "",
@@ -161,7 +166,8 @@ def lead_row(lead: Lead, refs: Refs, fields: list[str]) -> list[Any]:
             safe_cell(team.name) if team else "", lead.score, band(lead.score, refs.settings),
             rfc3339(lead.created_at), rfc3339(lead.updated_at), rfc3339(lead.status_changed_at),
             rfc3339(lead.last_activity_at) or "", safe_cell(lost_reason.name) if lost_reason else "",
-            rfc3339(lead.next_task_due_at) or "",
+            rfc3339(lead.next_task_due_at) or "", lead.channel, safe_cell(connector.name) if connector else "",
+            *(safe_cell(attribution.get(key, "")) for key in ATTRIBUTION_KEYS),
             *(_custom_cell(custom.get(name)) for name in fields)]
 
 

@@ -34,7 +34,8 @@ from .limits import client_ip
 from .models import CustomField, Form, Workspace, public_id_pattern
 from .problems import PROBLEM_MIMETYPE, Forbidden, NotFound, UnsupportedMediaType, ValidationFailed
 from .refs import Refs, cached_refs
-from .schemas import HONEYPOT, NAME_LENGTH, FormSubmissionSchema
+from .schemas import (ATTRIBUTION_LENGTH, ATTRIBUTION_PREFIX, HONEYPOT, NAME_LENGTH, AttributionSentSchema,
+                      FormSubmissionSchema)
 
 blp = Blueprint("forms", __name__, description="Web forms: the HTML page and its submissions (no token).")
 
@@ -42,6 +43,8 @@ THANKS = "Thank you! We have your details and will be in touch soon."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 CUSTOM_PREFIX = "custom_fields."
 CONSENT = "consent"
+# What a form's page copies from its own URL into the submission, as hidden inputs (DESIGN section 19).
+PAGE_ATTRIBUTION = ("utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content", "gclid", "fbclid")
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 HTML_PAGE = {"content": {"text/html": {"schema": {"type": "string"}}}}
@@ -57,6 +60,10 @@ FORM_FIELDS = {
         HONEYPOT: {"type": "string", "pattern": BLANK_PATTERN, "description": "The honeypot: leave it empty."},
         CONSENT: {"type": "string", "description": "The consent checkbox: any non-empty value consents to the "
                                                    "form's notice (required when the form says so)."},
+        **{ATTRIBUTION_PREFIX + key: {"type": "string", "maxLength": ATTRIBUTION_LENGTH,
+                                      "description": f"attribution.{key}, as in JSON; the page copies utm_*, gclid "
+                                                     "and fbclid from its own URL."}
+           for key in AttributionSentSchema().fields},
     },
     "patternProperties": {"^" + re.escape(CUSTOM_PREFIX): {
         "type": "string", "description": "custom_fields.<name>: one input per custom field."}},
@@ -124,19 +131,40 @@ def from_form_fields(fields: MultiDict, definitions: Mapping[str, CustomField]) 
     """Form-encoded fields as a submission; empty inputs mean "not given"."""
     data: dict[str, Any] = {}
     custom: dict[str, Any] = {}
+    attribution: dict[str, str] = {}
     for name, value in fields.items():
         if is_blank(value):
             continue
         if name.startswith(CUSTOM_PREFIX):
             key = name[len(CUSTOM_PREFIX):]
             custom[key] = form_value(trim(value), definitions.get(key))
+        elif name.startswith(ATTRIBUTION_PREFIX):
+            attribution[name[len(ATTRIBUTION_PREFIX):]] = value
         elif name == CONSENT:   # a ticked checkbox, whatever its value
             data[name] = True
         else:
             data[name] = value
     if custom:
         data["custom_fields"] = custom
+    if attribution:
+        data["attribution"] = attribution
     return data
+
+
+def copied_attribution(values: Mapping[str, str]) -> dict[str, str]:
+    """What a page carries in hidden inputs: the utm_* and click ids among these values (its URL's
+    query, or a submission shown again), each only if a submission would take it, since a visitor
+    cannot mend a hidden input."""
+    copied: dict[str, str] = {}
+    for key in PAGE_ATTRIBUTION:
+        if key not in values:
+            continue
+        try:
+            check_storable(values[key])
+            copied.update(AttributionSentSchema().load({key: values[key]}))
+        except (ma.ValidationError, ValidationFailed):
+            continue
+    return copied
 
 
 def submission() -> tuple[Mapping[str, Any], bool]:
@@ -185,11 +213,12 @@ def accept(form: Form, data: Mapping[str, Any], refs: Refs) -> pipeline.Created 
     return pipeline.create_lead(fields, actor, refs)
 
 
-def page(form: Form, refs: Refs, *, values: Mapping[str, str] | None = None,
+def page(form: Form, refs: Refs, attribution: Mapping[str, str], *, values: Mapping[str, str] | None = None,
          errors: Mapping[str, list[str]] | None = None, status: int = 200) -> Response:
     fields = sorted(refs.custom_fields.values(), key=lambda f: (f.position, f.name))
     html = render_template("form.html", form=form, custom_fields=fields, values=values or {},
                            errors=errors or {}, honeypot=HONEYPOT, custom_prefix=CUSTOM_PREFIX,
+                           attribution=copied_attribution(attribution), attribution_prefix=ATTRIBUTION_PREFIX,
                            action=url_for("forms.FormSubmissions", form_id=form.public_id))
     return Response(html, status=status, mimetype="text/html")
 
@@ -205,7 +234,7 @@ class FormPage(MethodView):
             form = find_form(form_id)
         except NotFound:
             return Response(render_template("form_missing.html"), status=404, mimetype="text/html")
-        return page(form, cached_refs(form.workspace, settings()))
+        return page(form, cached_refs(form.workspace, settings()), request.args)
 
 
 @blp.route("/api/v1/forms/<form_id>/submissions")
@@ -228,8 +257,10 @@ class FormSubmissions(MethodView):
             # must not learn which phones and e-mails are already leads.
             accept_in_even_time(form, raw, refs)
             return {"data": {"form": form.public_id, "message": THANKS}}
+        fields = from_form_fields(raw, refs.custom_fields)
         try:
-            accept_in_even_time(form, from_form_fields(raw, refs.custom_fields), refs)
+            accept_in_even_time(form, fields, refs)
         except ValidationFailed as exc:
-            return page(form, refs, values=raw, errors=pipeline.item_failure(exc, "form")[1], status=422)
+            return page(form, refs, fields.get("attribution", {}), values=raw,
+                        errors=pipeline.item_failure(exc, "form")[1], status=422)
         return Response(render_template("form_thanks.html", form=form, message=THANKS), mimetype="text/html")

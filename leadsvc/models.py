@@ -212,6 +212,12 @@ class Form(BaseModel):
 
 
 CONNECTOR_KINDS = ("google_ads", "meta", "indiamart", "justdial", "generic")
+# How a lead came in (its attribution's channel): the API, a web form, a CSV import or a connector.
+CHANNELS = ("api", "form", "import", *CONNECTOR_KINDS)
+# A lead's attribution besides channel and connector, in the order its document shows them:
+# the sender's own id (connectors set it), campaign and ad ids, click ids, UTM parameters.
+ATTRIBUTION_KEYS = ("external_id", "campaign_id", "adgroup_id", "ad_id", "form_id", "gclid", "fbclid",
+                    "utm_source", "utm_medium", "utm_campaign", "utm_term", "utm_content")
 
 
 class Connector(BaseModel):
@@ -351,8 +357,10 @@ class Lead(BaseModel):
             (("workspace", "response_sort_at", "public_id"), False),
             (("team", "response_sort_at", "public_id"), False),
             (("owner", "response_sort_at", "public_id"), False),
-            # Reports (0003): conversion by status, source and owner, and time to won, from the index alone.
-            (("workspace", "status", "source", "owner", "created_at", "status_changed_at"), False),
+            # Reports (0003, 0021): conversion by status, source, owner, channel and campaign, and time
+            # to won, from the index alone.
+            (("workspace", "status", "source", "owner", "channel", "campaign", "created_at", "status_changed_at"),
+             False),
         )
 
 

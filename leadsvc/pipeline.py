@@ -23,7 +23,8 @@ from .db import any_of, for_update, insert_rows, transaction
 from .documents import ActorNames, activity_document, member_ref, note_document, status_ref, transition_document
 from .extensions import check_storable
 from .history import Actor, activity_row, plain, record_activity, record_audit
-from .models import CONTACT_KINDS, Activity, Lead, LostReason, Member, Note, Status, Transition, utcnow
+from .models import (ATTRIBUTION_KEYS, CONTACT_KINDS, Activity, Lead, LostReason, Member, Note, Status, Transition,
+                     utcnow)
 from .problems import Conflict, Forbidden, NotFound, Problem, ValidationFailed, flatten_messages
 from .refs import Refs
 from .schemas import LeadCreateSchema, missing_contact
@@ -77,6 +78,16 @@ def rescore(lead: Lead, refs: Refs) -> None:
 CREATE_FIELDS = ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields")
 
 
+def first_touch(sent: Mapping[str, str] | None) -> tuple[dict[str, str] | None, str | None]:
+    """A new lead's attribution (the keys given, in models.ATTRIBUTION_KEYS order; None without
+    any) and its campaign: the campaign id, else the UTM campaign, what the conversion report
+    groups by."""
+    attribution = {key: sent[key] for key in ATTRIBUTION_KEYS if (sent or {}).get(key)}
+    if not attribution:
+        return None, None
+    return attribution, attribution.get("campaign_id") or attribution.get("utm_campaign")
+
+
 def leads_with_contact(workspace_id: int, phone: str | None, email: str | None) -> pw.ModelSelect | None:
     """The ids, phones and e-mails of the workspace's leads with this phone or this e-mail (None:
     neither given). Only those columns: a create that finds none needs nothing more."""
@@ -114,12 +125,14 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     phone, email = data.get("phone"), data.get("email")
     now = utcnow()
     status = refs.first_status()
+    attribution, campaign = first_touch(data.get("attribution"))
     lead = Lead(workspace=actor.workspace.id, first_name=data.get("first_name") or "",
                 last_name=data.get("last_name") or "", phone=phone, phone_reversed=search.phone_reversed(phone),
                 name_key=search.name_key(data.get("first_name") or "", data.get("last_name") or ""),
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
-                created_at=now, updated_at=now, status_changed_at=now)
+                created_at=now, updated_at=now, status_changed_at=now, channel=actor.channel,
+                connector=actor.connector, attribution=attribution, campaign=campaign)
     lead_timers.start(lead, refs)
     consent = new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
@@ -157,11 +170,11 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
     """A new lead's history: its first transition, the created and assigned activities and the audit entry."""
     recorded = {name: plain(getattr(lead, name)) for name in
                 ("first_name", "last_name", "phone", "email", "source", "estimated_value", "custom_fields", "status",
-                 "owner")}
+                 "owner", "channel", "connector", "attribution")}
     insert_rows(Transition, [{"workspace": lead.workspace_id, "lead": lead.id, "from_status": None,
                               "to_status": lead.status_id, "at": lead.created_at, **actor.columns()}])
     insert_rows(Activity, [
-        activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
+        activity_row(lead, actor, "created", "Lead created.", {"via": lead.channel}),
         activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
     ])
     if lead.consent is not None:
@@ -179,7 +192,8 @@ def _duplicate(lead: Lead, matched_on: list[str], data: Mapping[str, Any], actor
     if on_duplicate != "ignore":
         actor.require("leads:update", f"A lead with this {' and '.join(matched_on)} exists; on_duplicate="
                                       f"{on_duplicate} needs the leads:update ability. Nothing was changed.")
-    sent = {name: plain(data[name]) for name in CREATE_FIELDS if data.get(name) not in (None, "", {})}
+    # The lead keeps its own attribution (first touch); the one sent is recorded with the rest.
+    sent = {name: plain(data[name]) for name in (*CREATE_FIELDS, "attribution") if data.get(name) not in (None, "", {})}
     record_activity(lead, actor, "duplicate_submission", f"The same {' and '.join(matched_on)} was submitted again.",
                     {"matched_on": matched_on, "submitted": sent, **({"on_duplicate": on_duplicate}
                                                                      if on_duplicate != "ignore" else {})})

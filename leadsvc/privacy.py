@@ -1,12 +1,13 @@
 """Privacy (India's DPDP Act 2023): erasing a lead's personal data, and what is held about a person.
 
 Erasure anonymises the lead in place, in one transaction: its contact, its personal custom fields,
-its notes' bodies, its activities' summaries and data, its tasks' titles, notes and outcomes, its
-transitions' notes and its consents' client addresses are cleared, and its audit entries keep who
-changed which field when with "[erased]" for the personal values. Status, owner, team, source,
-score, transitions and times stay, so reports come out the same. Search (name parts, reversed
-phone), duplicate detection (phone and e-mail are null) and recorded idempotent responses lose it
-too; the deliveries log drops the receivers' answers to its events.
+its attribution's click ids and sender's id, its notes' bodies, its activities' summaries and
+data, its tasks' titles, notes and outcomes, its transitions' notes and its consents' client
+addresses are cleared, and its audit entries keep who changed which field when with "[erased]"
+for the personal values. Status, owner, team, source, score, channel, campaign, transitions and
+times stay, so reports come out the same. Search (name parts, reversed phone), duplicate
+detection (phone and e-mail are null) and recorded idempotent responses lose it too; the
+deliveries log drops the receivers' answers to its events.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ ERASED = "[erased]"
 # Audit fields that hold the person's own data (a note's body, a task's title, notes and outcome:
 # free text about them); custom fields are personal by their definition.
 PERSONAL_FIELDS = frozenset({"first_name", "last_name", "phone", "email", "body", "title", "notes", "outcome"})
+# Attribution that points at the person: click ids and a sender's own id, by which an ad platform
+# or a marketplace finds them. Campaigns and UTM parameters describe the ad, and reports group by them.
+PERSONAL_ATTRIBUTION = frozenset({"external_id", "gclid", "fbclid"})
 
 
 def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:
@@ -71,6 +75,9 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
     lead.score_reasons = [_scrub_reason(reason_, personal) for reason_ in lead.score_reasons or []]
     if lead.consent is not None:
         lead.consent = {**lead.consent, "ip": None}
+    if lead.attribution:
+        lead.attribution = {key: value for key, value in lead.attribution.items()
+                            if key not in PERSONAL_ATTRIBUTION} or None
     lead.erased_at = lead.updated_at = now
     lead.version += 1
     lead.save()
@@ -101,8 +108,9 @@ def _scrub_changes(changes: dict[str, Any], personal: set[str]) -> dict[str, Any
         key = name.removeprefix("custom_fields.")
         if name in PERSONAL_FIELDS or (name != key and key in personal):
             change = {side: None if value is None else ERASED for side, value in change.items()}
-        elif name == "custom_fields":   # a create's whole set of custom fields
-            change = {side: {k: ERASED if k in personal else v for k, v in value.items()} if isinstance(value, dict)
+        elif name in ("custom_fields", "attribution"):   # a create's whole set of either
+            hidden = personal if name == "custom_fields" else PERSONAL_ATTRIBUTION
+            change = {side: {k: ERASED if k in hidden else v for k, v in value.items()} if isinstance(value, dict)
                       else value for side, value in change.items()}
         out[name] = change
     return out

@@ -1,6 +1,7 @@
 """A workspace's reference data (statuses, sources, members, teams, custom fields, distribution
-rules, webhooks, lost reasons), cached per process while the workspace's refs_version stands:
-every lead document, the reference-data endpoints and the pipeline read it from here."""
+rules, webhooks, lost reasons, connectors), cached per process while the workspace's
+refs_version stands: every lead document, the reference-data endpoints and the pipeline read it
+from here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from flask import g
 
 from .db import database
 from .documents import member_ref, ref, status_ref
-from .models import CustomField, LostReason, Member, Rule, Source, Status, Team, Webhook, Workspace
+from .models import Connector, CustomField, LostReason, Member, Rule, Source, Status, Team, Webhook, Workspace
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Refs:
     settings: dict
     webhooks: list[tuple[int, frozenset[str]]]   # the active webhooks and the event types each wants
     lost_reasons: dict[int, LostReason]      # in setup order
+    connectors: dict[int, Connector]         # in name order; each with its id, public id, name and kind only
 
     @classmethod
     def load(cls, workspace: Workspace, settings: dict) -> "Refs":
@@ -50,6 +52,10 @@ class Refs:
                       .where((Webhook.workspace == ws) & Webhook.active)],
             lost_reasons={r.id: r for r in LostReason.select().where(LostReason.workspace == ws)
                           .order_by(LostReason.position, LostReason.id)},
+            # Not the rest of the row: its health and pull window change without bumping refs_version (0021).
+            connectors={c.id: c for c in Connector.select(Connector.id, Connector.public_id, Connector.name,
+                                                          Connector.kind)
+                        .where(Connector.workspace == ws).order_by(Connector.name)},
         )
 
     def webhooks_for(self, event_type: str) -> list[int]:
@@ -67,13 +73,15 @@ class Refs:
 
     @functools.cached_property
     def refs_of_leads(self) -> dict[str, dict[int | None, dict | None]]:
-        """The source, status, owner and team objects of lead documents by internal id, built once
-        per request rather than once per lead (attributes of models cost a call each)."""
+        """The source, status, owner, team, lost reason and connector objects of lead documents by
+        internal id, built once per request rather than once per lead (attributes of models cost a
+        call each)."""
         return {"source": {None: None, **{i: ref(r) for i, r in self.sources.items()}},
                 "status": {i: status_ref(r) for i, r in self.statuses.items()},
                 "owner": {None: None, **{i: member_ref(r) for i, r in self.members.items()}},
                 "team": {None: None, **{i: ref(r) for i, r in self.teams.items()}},
-                "lost_reason": {None: None, **{i: ref(r) for i, r in self.lost_reasons.items()}}}
+                "lost_reason": {None: None, **{i: ref(r) for i, r in self.lost_reasons.items()}},
+                "connector": {None: None, **{i: ref(c) for i, c in self.connectors.items()}}}
 
 
 # (database, workspace id) -> (refs_version, Refs): a workspace's reference tables, kept per

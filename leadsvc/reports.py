@@ -9,8 +9,8 @@ Percentiles are by nearest rank: the p-th percentile of n sorted values is the v
 rank ceil(p * n / 100), so the median of an even count is the lower middle value, and every
 reported time is one that really occurred. The same SQL picks it on SQLite and PostgreSQL.
 
-Breakdowns by source and by owner list those with at least one counted lead, by name, the leads
-without one last.
+Breakdowns by source, owner, channel and campaign list those with at least one counted lead, by
+name, the leads without one last.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .db import database, is_postgres
 from .documents import MemberRefSchema, RefSchema, StatusRefSchema, one
 from .extensions import Blueprint
 from .listing import ReportFilterQuery, filter_leads
-from .models import Lead, Transition, utcnow
+from .models import CHANNELS, Lead, Transition, utcnow
 from .refs import Refs, request_refs
 
 blp = Blueprint("reports", __name__, url_prefix="/api/v1/reports",
@@ -179,6 +179,15 @@ class OwnerOutcomeSchema(OutcomeSchema):
     owner = ma.fields.Nested(MemberRefSchema, allow_none=True, required=True)
 
 
+class ChannelOutcomeSchema(OutcomeSchema):
+    channel = ma.fields.String(required=True, metadata={"enum": list(CHANNELS)})
+
+
+class CampaignOutcomeSchema(OutcomeSchema):
+    campaign = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The leads' attribution.campaign_id, else their utm_campaign; null: leads with neither."})
+
+
 class LostReasonCountSchema(ma.Schema):
     lost_reason = ma.fields.Nested(RefSchema, allow_none=True, required=True, metadata={
         "description": "null: lost leads without a reason (lost before the workspace defined reasons)."})
@@ -191,6 +200,10 @@ class ConversionSchema(ma.Schema):
                                metadata={"description": "Sources with at least one lead, by name; no source last."})
     by_owner = ma.fields.List(ma.fields.Nested(OwnerOutcomeSchema), required=True,
                               metadata={"description": "Owners with at least one lead, by name; no owner last."})
+    by_channel = ma.fields.List(ma.fields.Nested(ChannelOutcomeSchema), required=True, metadata={
+        "description": "Channels (attribution.channel) with at least one lead, by name."})
+    by_campaign = ma.fields.List(ma.fields.Nested(CampaignOutcomeSchema), required=True, metadata={
+        "description": "Campaigns with at least one lead, by name; the leads without a campaign last."})
     by_lost_reason = ma.fields.List(ma.fields.Nested(LostReasonCountSchema), required=True, metadata={
         "description": "The leads now lost, by the reason of their move: every reason of the workspace in its "
                        "order, then lost leads without a reason (if any)."})
@@ -284,18 +297,28 @@ def velocity(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, A
             "time_to_won": to_won}
 
 
+CONVERSION_GROUPS = (Lead.status, Lead.source, Lead.owner, Lead.channel, Lead.campaign)
+
+
+def conversion_groups(who: Caller, filters: Mapping[str, Any], refs: Refs) -> pw.ModelSelect:
+    """How many leads in scope have each combination of status, source, owner, channel and
+    campaign: one GROUP BY for every breakdown, in the order of the report index (0021), which
+    holds every column it reads."""
+    return scoped(Lead.select(*CONVERSION_GROUPS, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs) \
+        .group_by(*CONVERSION_GROUPS)
+
+
 def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str, Any]:
-    """won / (won + lost) by each lead's current status: overall, by source and by owner; lost leads by reason."""
-    groups = scoped(Lead.select(Lead.status, Lead.source, Lead.owner, pw.fn.COUNT(pw.SQL("*"))), who, filters, refs) \
-        .group_by(Lead.status, Lead.source, Lead.owner).tuples()
+    """won / (won + lost) by each lead's current status: overall, by source, owner, channel and
+    campaign; lost leads by reason."""
     overall: dict[str, int] = {"open": 0, "won": 0, "lost": 0}
-    by_source: dict[int | None, dict[str, int]] = {}
-    by_owner: dict[int | None, dict[str, int]] = {}
-    for status_id, source_id, owner_id, count in groups:
+    breakdowns: tuple[dict[Any, dict[str, int]], ...] = ({}, {}, {}, {})   # by source, owner, channel, campaign
+    for status_id, *keys, count in conversion_groups(who, filters, refs).tuples():
         kind = refs.statuses[status_id].kind
-        for tally in (overall, by_source.setdefault(source_id, {"open": 0, "won": 0, "lost": 0}),
-                      by_owner.setdefault(owner_id, {"open": 0, "won": 0, "lost": 0})):
-            tally[kind] += count
+        overall[kind] += count
+        for breakdown, key in zip(breakdowns, keys):
+            breakdown.setdefault(key, {"open": 0, "won": 0, "lost": 0})[kind] += count
+    by_source, by_owner, by_channel, by_campaign = breakdowns
 
     def outcome(tally: dict[str, int]) -> dict[str, Any]:
         return {"leads": sum(tally.values()), **tally, "won_rate": rate(tally["won"], tally["won"] + tally["lost"])}
@@ -316,6 +339,9 @@ def conversion(who: Caller, filters: Mapping[str, Any], refs: Refs) -> dict[str,
                       for key, tally in sorted(by_source.items(), key=by_name(refs.sources))],
         "by_owner": [{"owner": refs.members.get(key), **outcome(tally)}
                      for key, tally in sorted(by_owner.items(), key=by_name(refs.members))],
+        "by_channel": [{"channel": key, **outcome(tally)} for key, tally in sorted(by_channel.items())],
+        "by_campaign": [{"campaign": key, **outcome(tally)} for key, tally in
+                        sorted(by_campaign.items(), key=lambda item: (item[0] is None, item[0] or ""))],
         "by_lost_reason": by_lost_reason,
     }
 
@@ -401,7 +427,7 @@ class Conversion(MethodView):
     @blp.arguments(ReportFilterQuery(), location="query")
     @blp.response(200, one(ConversionSchema))
     def get(self, filters):
-        """Won rate overall, by source and by owner; lost leads by reason"""
+        """Won rate overall and by source, owner, channel and campaign; lost leads by reason"""
         return {"data": conversion(caller(), filters, request_refs())}
 
 

@@ -4,6 +4,7 @@ response schemas are in documents.py)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, Mapping
 
 import marshmallow as ma
 
@@ -60,12 +61,64 @@ class PhoneOrEmailSchema(ma.Schema):
             raise ma.ValidationError(errors)
 
 
+def refuse_with_reasons(data: Any, reasons: Mapping[str, str]) -> Any:
+    """A schema's body, unless it names keys that `reasons` explains: keys a caller must not send,
+    which are not fields, answered with why rather than "Unknown field." (422 naming each)."""
+    if isinstance(data, dict) and (errors := {key: [reason] for key, reason in reasons.items() if key in data}):
+        raise ma.ValidationError(errors)
+    return data
+
+
+ATTRIBUTION_LENGTH = 200
+# How flat fields name an attribution key (CSV columns, web form inputs): attribution.utm_source.
+ATTRIBUTION_PREFIX = "attribution."
+# What the service sets in a lead's attribution, and why a caller cannot send it.
+SET_BY_THE_SERVICE = {
+    "channel": "The channel is how the lead came in (api for API creates); the service sets it.",
+    "connector": "The connector is the feed a lead came through; the service sets it.",
+    "external_id": "The external id is a connector's sender's own id; the service sets it.",
+}
+
+
+def _attribution_text(description: str) -> Text:
+    return Text(ATTRIBUTION_LENGTH, allow_none=True, metadata={"description": description})
+
+
+class AttributionSentSchema(ma.Schema):
+    """Where the lead came from, as the caller knows it: campaign and ad ids, click ids, UTM
+    parameters. An empty or null value counts as not sent."""
+
+    campaign_id = _attribution_text("The ad platform's campaign id (the conversion report's campaign when given).")
+    adgroup_id = _attribution_text("The ad group (ad set) id.")
+    ad_id = _attribution_text("The ad id.")
+    form_id = _attribution_text("The ad platform's lead form id.")
+    gclid = _attribution_text("Google's click id.")
+    fbclid = _attribution_text("Facebook's click id.")
+    utm_source = _attribution_text("utm_source of the landing page's URL.")
+    utm_medium = _attribution_text("utm_medium of the landing page's URL.")
+    utm_campaign = _attribution_text("utm_campaign of the landing page's URL (the report's campaign without "
+                                     "a campaign_id).")
+    utm_term = _attribution_text("utm_term of the landing page's URL.")
+    utm_content = _attribution_text("utm_content of the landing page's URL.")
+
+    @ma.pre_load
+    def _nothing_the_service_sets(self, data, **kwargs):
+        return refuse_with_reasons(data, SET_BY_THE_SERVICE)
+
+    @ma.post_load
+    def _without_empty_values(self, data, **kwargs):
+        return {key: value for key, value in data.items() if value}
+
+
 class LeadCreateSchema(PhoneOrEmailSchema):
     first_name = Text(NAME_LENGTH)
     last_name = Text(NAME_LENGTH)
     source = PublicId("src_")
     estimated_value = Money(allow_none=True)
     custom_fields = CustomFieldValues()
+    attribution = ma.fields.Nested(AttributionSentSchema, metadata={
+        "description": "Where the lead came from (first touch: a duplicate keeps the lead's own). The lead's "
+                       "channel, connector and external id are set by the service."})
     consent = ma.fields.Nested(ConsentGivenSchema, metadata={
         "description": "Records the person's consent (on the lead matched, for a duplicate)."})
     on_duplicate = ma.fields.String(validate=ma.validate.OneOf(ON_DUPLICATE), metadata={
@@ -92,6 +145,13 @@ class LeadBatchSchema(ma.Schema):
             "description": "Each item is a body of POST /api/v1/leads (`on_duplicate` included)."}}}
 
 
+# Fields of a lead that PATCH never changes, and why.
+NOT_PATCHED = {
+    "status": "PATCH never changes the status; use POST /api/v1/leads/{id}/status.",
+    "attribution": "A lead's attribution is its first touch, set when it was created; it never changes.",
+}
+
+
 class LeadPatchSchema(ma.Schema):
     first_name = Text(NAME_LENGTH, allow_none=True)
     last_name = Text(NAME_LENGTH, allow_none=True)
@@ -105,15 +165,12 @@ class LeadPatchSchema(ma.Schema):
         "description": "While true, calls, e-mails and messages cannot be logged on the lead (409)."})
 
     class Meta:
-        json_schema = {"description": "The fields to change; any other, `status` included, is 422. "
-                                      "The status moves with POST /api/v1/leads/{id}/status."}
+        json_schema = {"description": "The fields to change; any other, `status` and `attribution` included, is "
+                                      "422. The status moves with POST /api/v1/leads/{id}/status."}
 
     @ma.pre_load
-    def _no_status(self, data, **kwargs):
-        # Not a field (the document has no `status` here), but a more useful answer than "Unknown field.".
-        if isinstance(data, dict) and "status" in data:
-            raise ma.ValidationError({"status": ["PATCH never changes the status; use POST /api/v1/leads/{id}/status."]})
-        return data
+    def _not_patched(self, data, **kwargs):
+        return refuse_with_reasons(data, NOT_PATCHED)
 
 
 class StatusMoveSchema(ma.Schema):

@@ -9,7 +9,8 @@ import phonenumbers
 
 from leadsvc import bulk_load, pipeline
 from leadsvc.refs import Refs
-from leadsvc.models import NEVER, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition, Workspace
+from leadsvc.models import (CHANNELS, NEVER, Activity, Lead, Member, OpenLeadCount, Rule, Source, Status, Transition,
+                            Workspace)
 
 
 def real_open_counts(workspace_public_id: str) -> dict[int, int]:
@@ -117,6 +118,10 @@ def test_synthetic_leads_keep_every_invariant_the_api_relies_on(client, ws):
         assert lead.team_id == refs.members[lead.owner_id].team_id
         assert lead.activity_sort_at == (lead.last_activity_at or NEVER)
         assert lead.version == 1
+        # Where it came from, as the create path records it.
+        assert lead.channel in CHANNELS and lead.connector_id is None
+        assert pipeline.first_touch(lead.attribution) == (lead.attribution, lead.campaign)
+        assert Activity.get((Activity.lead == lead.id) & (Activity.kind == "created")).data == {"via": lead.channel}
         chain = list(Transition.select().where(Transition.lead == lead.id).order_by(Transition.at, Transition.id))
         assert chain[0].from_status_id is None and chain[0].to_status_id == first.id
         assert chain[0].at == lead.created_at

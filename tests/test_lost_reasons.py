@@ -8,6 +8,7 @@ import json
 import pytest
 
 from conftest import standard_setup
+from leadsvc.export import ATTRIBUTION_COLUMNS
 from leadsvc.models import AuditEntry, Lead, Transition
 from leadsvc.provision import apply_setup, parse_setup
 
@@ -184,8 +185,10 @@ def test_the_export_shows_the_lost_reason_after_the_fixed_columns_and_imports_ba
     assert "lost_reason" in header, header
     assert header.index("lost_reason") == header.index("last_activity_at") + 1, "after the fixed columns"
     assert header.index("next_task_due_at") == header.index("lost_reason") + 1, "then the next task's due time"
-    assert header[header.index("next_task_due_at") + 1:] == ["product_interest", "budget_confirmed", "family_size",
-                                                         "site_visit_on", "notes_from_call"], "custom fields follow"
+    after = header[header.index("next_task_due_at") + 1:]
+    assert after[:len(ATTRIBUTION_COLUMNS)] == list(ATTRIBUTION_COLUMNS), "then the attribution"
+    assert after[len(ATTRIBUTION_COLUMNS):] == ["product_interest", "budget_confirmed", "family_size",
+                                                "site_visit_on", "notes_from_call"], "custom fields follow"
     rows = {row["id"]: row for row in csv.DictReader(io.StringIO(text))}
     assert rows[lost["id"]]["lost_reason"] == "Not reachable" and rows[still_open["id"]]["lost_reason"] == ""
 
