@@ -47,13 +47,15 @@ WRK_DIR = BENCH / "wrk"
 BIN = Path(sys.executable).parent
 POSTGRES_URL = os.environ.get("LEADSVC_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/leadsvc_bench")
 LEADSVC_PORT, BASELINE_PORT = 18080, 18090
+BENCH_SECRET_KEY = "bench-secret-key-for-connector-keys-0123456789"   # what connector keys derive from
 ROLES = {"admin": "admin@demo.test", "manager": "asha@demo.test", "agent": "ravi@demo.test"}
 REPORTS = ("funnel", "velocity", "conversion", "response")
 DEEP_ROWS = 100_000
 PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the median of the pairs' ratios
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
            "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200,
-           "batch_over_singles": 0.7, "clock_tick_ms": 5.0, "follow_up_over_first_p50": 2.0}
+           "batch_over_singles": 0.7, "clock_tick_ms": 5.0, "follow_up_over_first_p50": 2.0,
+           "intake_over_creates": 0.8, "intake_p99_ms": 100.0}
 WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
 WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
 # Each item of a batch is still a create with its own transaction (the contract); what a batch saves
@@ -97,6 +99,7 @@ def log(message: str) -> None:
 def service_env(url: str, **extra: str) -> dict[str, str]:
     """Production settings, except limits high enough never to trip, and quiet logs."""
     env = {**os.environ, "LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": url,
+           "LEADSVC_WEBHOOKS_SECRET_KEY": BENCH_SECRET_KEY,
            "LEADSVC_RATE_LIMITS_PER_TOKEN": "100000000/minute", "LEADSVC_RATE_LIMITS_PER_IP": "100000000/minute",
            "LEADSVC_LOGGING_LEVEL": "WARNING"}
     env.update(extra)
@@ -198,7 +201,7 @@ class Database:
     def high_water(self) -> dict[str, int]:
         with self.connect() as conn:
             return {table: conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {table}").fetchone()[0]
-                    for table in ("lead", "transition", "activity", "audit_entry", "token")}
+                    for table in ("lead", "transition", "activity", "audit_entry", "token", "intake")}
 
     def restore(self, marks: dict[str, int]) -> None:
         """Delete what the create benchmark added, so the cached database keeps its lead count."""
@@ -211,7 +214,7 @@ class Database:
                     break
                 last = now
                 time.sleep(3)
-            for table in ("activity", "transition", "audit_entry", "lead"):
+            for table in ("intake", "activity", "transition", "audit_entry", "lead"):
                 conn.execute(f"DELETE FROM {table} WHERE id > {int(marks[table])}")
             conn.execute(f"DELETE FROM timer WHERE kind LIKE 'lead.%' AND subject > {int(marks['lead'])}")
             for table in ("delivery", "event", "webhook"):   # the webhook phase's
@@ -220,7 +223,7 @@ class Database:
                 # The creates landed on pages all over the tables: until a vacuum marks them
                 # all-visible again, index-only scans visit the heap (a lead count slows down
                 # run after run), and autovacuum waits for 20% of a table.
-                conn.execute("VACUUM (ANALYZE) lead, transition, activity, audit_entry, open_lead_count")
+                conn.execute("VACUUM (ANALYZE) lead, transition, activity, audit_entry, open_lead_count, intake")
 
 
 # --- servers and load ------------------------------------------------------------------------
@@ -437,7 +440,7 @@ def measure_batch_only(db: Database, tokens: dict, seconds: float, service_root:
 
 
 # The phases of measure(); --compare runs only those whose ratios a change must not worsen.
-PHASES = ("list", "pages", "search", "follow_ups", "create", "batch", "reports")
+PHASES = ("list", "pages", "search", "follow_ups", "create", "intake", "batch", "reports")
 COMPARED = ("list", "create", "batch")
 
 
@@ -484,6 +487,9 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
         if "create" in phases:
             log(f"{db.backend}: creates (new and duplicate leads), 8 connections")
             results["create"] = measure_creates(db, leadsvc, baseline, secret["admin"], seconds)
+        if "intake" in phases:
+            log(f"{db.backend}: Google Ads intakes against API creates, 8 connections")
+            results["intake"] = measure_intake(db, leadsvc, secret["admin"], seconds)
         if "batch" in phases:
             log(f"{db.backend}: a batch of {BATCH_SIZE} new leads vs {BATCH_SIZE} single creates, 1 connection")
             results["batch"] = measure_batch(db, leadsvc, secret["admin"], seconds)
@@ -562,6 +568,81 @@ def measure_creates(db: Database, leadsvc: Server, baseline: Server, admin: str,
             "baseline_errors": sum(r["errors_status"] for r in base), "leads_created": created,
             "cpu_ms": round(statistics.median(r["cpu_ms"] for r in own), 2),
             "baseline_cpu_ms": round(statistics.median(r["cpu_ms"] for r in base), 2)}
+
+
+# The connector the intake phase posts to: setup adds it to the demo workspace (again: setup is
+# idempotent), and a new key is issued for each run, as the key is never stored.
+BENCH_CONNECTOR = """
+[workspace]
+name = "Demo Realty"
+
+[[sources]]
+name = "Google Ads"
+
+[[connectors]]
+name = "Bench Google Ads"
+kind = "google_ads"
+source = "Google Ads"
+custom_fields = { "INTEREST" = "product_interest" }
+"""
+
+
+def bench_connector(db: Database) -> tuple[str, str]:
+    """The bench's Google Ads connector in the demo workspace: its id and a new key."""
+    setup_file = CACHE / "bench-connector.toml"
+    setup_file.write_text(BENCH_CONNECTOR)
+    env = service_env(db.url)
+    done = subprocess.run([str(BIN / "leadsvc"), "setup", str(setup_file), "--json"], env=env,
+                          capture_output=True, text=True, cwd=CACHE)
+    if done.returncode:
+        sys.exit(f"leadsvc setup of the bench connector failed:\n{done.stderr}")
+    connector_id = json.loads(done.stdout)["connectors"]["Bench Google Ads"]["id"]
+    done = subprocess.run([str(BIN / "leadsvc"), "connectors", "rotate-key", connector_id, "--json"], env=env,
+                          capture_output=True, text=True, cwd=CACHE)
+    if done.returncode:
+        sys.exit(f"leadsvc connectors rotate-key failed:\n{done.stderr}")
+    return connector_id, json.loads(done.stdout)["key"]
+
+
+def measure_intake(db: Database, leadsvc: Server, admin: str, seconds: float) -> dict:
+    """Google Ads lead form webhooks (bench/wrk/intake.lua) against API creates (create.lua), the
+    same mix of new and duplicate phones, 8 connections each, in pairs on the same server: the
+    intake's rate over the creates', and its latency as 8 senders see it. What they wrote is
+    deleted afterwards."""
+    connector_id, key = bench_connector(db)
+    _, sample, _ = get(leadsvc.url("/api/v1/leads?page%5Bsize%5D=200"), admin)
+    _, sources, _ = get(leadsvc.url("/api/v1/sources"), admin)
+    env = {"BENCH_DUPLICATE_PHONES": ",".join(l["contact"]["phone"] for l in sample["data"] if l["contact"]["phone"]),
+           "BENCH_SOURCES": ",".join(s["id"] for s in sources["data"]), "BENCH_GOOGLE_KEY": key}
+    marks = db.high_water()
+    run_number = iter(range(1_000_000))
+
+    def intakes(duration: float) -> dict:
+        return wrk(leadsvc.url(f"/api/v1/intake/{connector_id}"), admin, connections=8, seconds=duration,
+                   script="intake.lua", env={**env, "BENCH_RUN": f"{int(time.time())}-{next(run_number)}"})
+
+    def creates(duration: float) -> dict:
+        return wrk(leadsvc.url("/api/v1/leads"), admin, connections=8, seconds=duration, script="create.lua", env=env)
+
+    try:
+        intakes(3), creates(3)   # warm both paths
+        runs = {"intake": [], "create": []}
+        for _ in range(PAIRS):
+            runs["intake"].append(intakes(seconds))
+            runs["create"].append(creates(seconds))
+        with db.connect() as conn:
+            outcomes = dict(conn.execute(f"SELECT outcome, COUNT(*) FROM intake WHERE id > {marks['intake']} "
+                                         "GROUP BY outcome").fetchall())
+    finally:
+        db.restore(marks)
+    ratios = [i["rps"] / c["rps"] for i, c in zip(runs["intake"], runs["create"])]
+    own = runs["intake"]
+    return {"rps": round(statistics.mean(r["rps"] for r in own), 1),
+            "create_rps": round(statistics.mean(r["rps"] for r in runs["create"]), 1),
+            "ratio": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
+            "p50_ms": statistics.median(r["p50_ms"] for r in own),
+            "p99_ms": max(r["p99_ms"] for r in own),
+            "errors": sum(r["errors_status"] + r["errors_socket"] for r in own), "outcomes": outcomes}
 
 
 def measure_reports(leadsvc: Server, admin: str) -> dict:
@@ -779,6 +860,16 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  f"{c['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in c['ratios'])}; "
                  f"{c['rps']:.0f} / {c['baseline_rps']:.0f} req/s)",
                  c["ratio"] >= TARGETS["create_ratio"]))
+    if "intake" in r:
+        i = r["intake"]
+        rows.append(("Google Ads intakes / API creates, same mix (8 connections)", f">= {TARGETS['intake_over_creates']}",
+                     f"{i['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in i['ratios'])}; "
+                     f"{i['rps']:.0f} / {i['create_rps']:.0f} req/s)",
+                     i["ratio"] >= TARGETS["intake_over_creates"] and not i["errors"]))
+        rows.append(("intake p99 at 8 concurrent senders (worst run)", f"< {TARGETS['intake_p99_ms']:.0f} ms",
+                     f"{i['p99_ms']:.1f} ms (p50 {i['p50_ms']:.1f} ms; outcomes "
+                     f"{', '.join(f'{k} {v:,}' for k, v in sorted(i['outcomes'].items()))})",
+                     i["p99_ms"] < TARGETS["intake_p99_ms"] and not i["errors"]))
     rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
                  r["rss_mb"] < TARGETS["rss_mb"]))
     plans = r["plans"]
