@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 from typing import Any, Mapping
 
-from .mapping import Mapped, attribution, contact, custom_fields, external_id
+from .mapping import Mapped, attribution, external_id, form_answers
 
 # Google's column ids of the contact; other columns go to the custom fields the connector maps.
 CONTACT_COLUMNS = {"FULL_NAME": "full_name", "FIRST_NAME": "first_name", "LAST_NAME": "last_name",
@@ -28,11 +28,7 @@ def columns(payload: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 def lead(payload: Mapping[str, Any], settings: Mapping[str, Any]) -> Mapped:
     """A Google lead form webhook body as a lead."""
-    answers = columns(payload)
-    fields = contact({CONTACT_COLUMNS[column]: value for column, value in answers if column in CONTACT_COLUMNS})
-    if custom := custom_fields(answers, settings.get("custom_fields") or {}):
-        fields["custom_fields"] = custom
-    return Mapped(external_id(payload.get("lead_id")), fields,
+    return Mapped(external_id(payload.get("lead_id")), form_answers(columns(payload), CONTACT_COLUMNS, settings),
                   attribution(campaign_id=payload.get("campaign_id"), adgroup_id=payload.get("adgroup_id"),
                               ad_id=payload.get("creative_id"), form_id=payload.get("form_id"),
                               gclid=payload.get("gcl_id")),

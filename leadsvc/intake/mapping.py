@@ -81,6 +81,17 @@ def custom_fields(columns: Iterable[tuple[str, Any]], wanted: Mapping[str, str])
     return found
 
 
+def form_answers(answers: list[tuple[str, Any]], contact_names: Mapping[str, str],
+                 settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Create-body fields from a lead form's answers, (question, value): the questions
+    `contact_names` names fill the contact, those the connector's custom_fields maps its custom
+    fields (Google's columns, Meta's field_data)."""
+    fields = contact({contact_names[name]: value for name, value in answers if name in contact_names})
+    if custom := custom_fields(answers, settings.get("custom_fields") or {}):
+        fields["custom_fields"] = custom
+    return fields
+
+
 # --- RFC 6901 ---------------------------------------------------------------------------------
 
 class PointerError(ValueError):
