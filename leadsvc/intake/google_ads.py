@@ -3,10 +3,9 @@ gave it (`google_key`) inside the body, and a test lead marked `is_test`."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Any, Mapping
 
-from .mapping import Mapped, attribution, external_id, form_answers
+from .mapping import Mapped, attribution, external_id, form_answers, same_key
 
 # Google's column ids of the contact; other columns go to the custom fields the connector maps.
 CONTACT_COLUMNS = {"FULL_NAME": "full_name", "FIRST_NAME": "first_name", "LAST_NAME": "last_name",
@@ -16,7 +15,7 @@ CONTACT_COLUMNS = {"FULL_NAME": "full_name", "FIRST_NAME": "first_name", "LAST_N
 def verified(payload: Any, key: str) -> bool:
     """Whether the body carries the connector's key as google_key (compared in constant time)."""
     sent = payload.get("google_key") if isinstance(payload, dict) else None
-    return isinstance(sent, str) and hmac.compare_digest(sent.encode(), key.encode())
+    return isinstance(sent, str) and same_key(sent, key)
 
 
 def columns(payload: Mapping[str, Any]) -> list[tuple[str, Any]]:

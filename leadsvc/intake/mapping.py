@@ -4,6 +4,7 @@ RFC 6901 JSON pointers (the generic connector's map)."""
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -16,6 +17,12 @@ ATTRIBUTION_KEYS = ("campaign_id", "adgroup_id", "ad_id", "form_id", "gclid", "f
 ATTRIBUTION_LENGTH = 200   # characters of one attribution value (lead.campaign's width)
 EXTERNAL_ID_LENGTH = 200   # intake.external_id's width
 CONTACT_TARGETS = ("first_name", "last_name", "full_name", "phone", "email")
+
+
+def same_key(sent: str, key: str) -> bool:
+    """Whether a sender sent the connector's key, compared in constant time (text from JSON may
+    hold lone surrogates, which plain UTF-8 cannot encode)."""
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), key.encode())
 
 
 @dataclass

@@ -10,7 +10,7 @@ import hashlib
 import hmac
 from typing import Any, Mapping
 
-from .mapping import Mapped, attribution, external_id, form_answers
+from .mapping import Mapped, attribution, external_id, form_answers, same_key
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 CONTACT_FIELDS = {"full_name": "full_name", "first_name": "first_name", "last_name": "last_name",
@@ -23,7 +23,7 @@ def challenge(args: Mapping[str, str], key: str) -> str | None:
     token, answer = args.get("hub.verify_token"), args.get("hub.challenge")
     if args.get("hub.mode") != "subscribe" or token is None or answer is None:
         return None
-    if not hmac.compare_digest(token.encode(), key.encode()):
+    if not same_key(token, key):
         return None
     if not 0 < len(answer) <= MAX_CHALLENGE or not answer.isprintable():
         return None
