@@ -131,8 +131,9 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 name_key=search.name_key(data.get("first_name") or "", data.get("last_name") or ""),
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
-                created_at=now, updated_at=now, status_changed_at=now, channel=actor.channel,
-                connector=actor.connector, attribution=attribution, campaign=campaign)
+                do_not_contact=bool(data.get("do_not_contact")), created_at=now, updated_at=now,
+                status_changed_at=now, channel=actor.channel, connector=actor.connector, attribution=attribution,
+                campaign=campaign)
     lead_timers.start(lead, refs)
     consent = new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
@@ -179,6 +180,8 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
     ])
     if lead.consent is not None:
         recorded["consent"] = lead.consent["id"]
+    if lead.do_not_contact:   # a sender said so (JustDial's dncmobile)
+        recorded["do_not_contact"] = True
     record_audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                           if value not in (None, "", {})})
 
