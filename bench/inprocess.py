@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import CACHE, demo, service_env
+from run import CACHE, bench_connector, demo, service_env
 
 INTERESTS = ("2bhk", "3bhk", "villa", "plot")
 
@@ -41,7 +41,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", help="sqlite:///path or postgresql://... of a database with the demo workspace")
     parser.add_argument("--path", default="create",
-                        help="create (POST /api/v1/leads), batch (POST /api/v1/leads/batch, 100 new leads), or a path to GET")
+                        help="create (POST /api/v1/leads), batch (POST /api/v1/leads/batch, 100 new leads), intake "
+                             "(a Google Ads lead form webhook, as bench/wrk/intake.lua sends), or a path to GET")
     parser.add_argument("-n", type=int, default=2000, help="requests measured")
     parser.add_argument("--warm", type=int, default=50, help="requests before measuring")
     parser.add_argument("--app", choices=("leadsvc", "baseline"), default="leadsvc")
@@ -59,6 +60,8 @@ def main() -> None:
     token = demo(url)["tokens"]["admin@demo.test"]["token"]
     app = _app(args.app, url, env)
     send = Requests(url, token)
+    if args.path == "intake":
+        send.connector_id, send.google_key = bench_connector(url)
 
     statuses: dict[str, int] = {}
 
@@ -66,7 +69,8 @@ def main() -> None:
         statuses[status[:3]] = statuses.get(status[:3], 0) + 1
 
     def one() -> None:
-        environ = {"create": send.create, "batch": send.batch}.get(args.path, lambda: send.get(args.path))()
+        environ = {"create": send.create, "batch": send.batch, "intake": send.intake}.get(
+            args.path, lambda: send.get(args.path))()
         body = app(environ, start_response)
         b"".join(body)
         getattr(body, "close", lambda: None)()
@@ -131,6 +135,21 @@ class Requests:
         """What bench/wrk/batch.lua sends: 100 new leads."""
         body = {"leads": [self._lead(duplicate_share=0) for _ in range(100)]}
         return self._environ("POST", "/api/v1/leads/batch", json.dumps(body, separators=(",", ":")).encode())
+
+    def intake(self) -> dict:
+        """What bench/wrk/intake.lua sends: Google's lead form webhook, a lead id of its own each."""
+        self.sent = getattr(self, "sent", 0) + 1
+        lead = self._lead(duplicate_share=0.25)
+        body = {"lead_id": f"inprocess-{id(self)}-{self.sent}", "api_version": "1.0", "form_id": 40000000000,
+                "campaign_id": 50000000000, "adgroup_id": 60000000000, "creative_id": 70000000000,
+                "gcl_id": "bench-gclid", "google_key": self.google_key, "is_test": False,
+                "user_column_data": [
+                    {"column_name": "Full Name", "string_value": "Bench Lead", "column_id": "FULL_NAME"},
+                    {"column_name": "User Phone", "string_value": lead["phone"], "column_id": "PHONE_NUMBER"},
+                    {"column_name": "Interest", "string_value": lead["custom_fields"]["product_interest"],
+                     "column_id": "INTEREST"}]}
+        return self._environ("POST", f"/api/v1/intake/{self.connector_id}",
+                             json.dumps(body, separators=(",", ":")).encode())
 
     def _lead(self, duplicate_share: float) -> dict:
         pick = self.random

@@ -12,6 +12,7 @@ Last, the clock: one tick with nothing due, in a process of its own on the same 
     .venv/bin/python bench/run.py [--leads 1000000] [--duration 10] [--backends sqlite,postgresql]
     .venv/bin/python bench/run.py --leads 50000 --webhooks-only        # webhook figures alone
     .venv/bin/python bench/run.py --leads 20000 --batch-only           # a batch of 100 against 100 creates
+    .venv/bin/python bench/run.py --leads 20000 --intake-only          # Google Ads intakes against API creates
     .venv/bin/python bench/run.py --leads 2000 --clock-only            # one clock tick with nothing due
     .venv/bin/python bench/run.py --compare --service-root ../other    # list, create and batch ratios of another checkout
 """
@@ -101,6 +102,7 @@ def service_env(url: str, **extra: str) -> dict[str, str]:
     env = {**os.environ, "LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": url,
            "LEADSVC_WEBHOOKS_SECRET_KEY": BENCH_SECRET_KEY,
            "LEADSVC_RATE_LIMITS_PER_TOKEN": "100000000/minute", "LEADSVC_RATE_LIMITS_PER_IP": "100000000/minute",
+           "LEADSVC_RATE_LIMITS_INTAKE": "100000000/minute",
            "LEADSVC_LOGGING_LEVEL": "WARNING"}
     env.update(extra)
     return env
@@ -428,13 +430,14 @@ def measure_batch(db: Database, server: Server, token: str, seconds: float) -> d
             "errors": sum(r["errors_status"] + r["errors_socket"] for r in singles + batches)}
 
 
-def measure_batch_only(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
-    """--batch-only: the batch figures alone, without the baseline and the other phases."""
+def measure_alone(phase: str, db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
+    """--batch-only, --intake-only: that phase's figures alone, without the baseline and the other phases."""
     secret = tokens["tokens"][ROLES["admin"]]["token"]
     leadsvc = Server("leadsvc-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port", str(LEADSVC_PORT)],
                      leadsvc_env(db.url, service_root), LEADSVC_PORT)
+    measure_phase = {"batch": measure_batch, "intake": measure_intake}[phase]
     try:
-        return {"backend": db.backend, "batch": measure_batch(db, leadsvc, secret, seconds)}
+        return {"backend": db.backend, phase: measure_phase(db, leadsvc, secret, seconds)}
     finally:
         leadsvc.stop()
 
@@ -587,11 +590,12 @@ custom_fields = { "INTEREST" = "product_interest" }
 """
 
 
-def bench_connector(db: Database) -> tuple[str, str]:
-    """The bench's Google Ads connector in the demo workspace: its id and a new key."""
+def bench_connector(url: str) -> tuple[str, str]:
+    """The bench's Google Ads connector in the demo workspace of the database at `url`: its id and
+    a new key."""
     setup_file = CACHE / "bench-connector.toml"
     setup_file.write_text(BENCH_CONNECTOR)
-    env = service_env(db.url)
+    env = service_env(url)
     done = subprocess.run([str(BIN / "leadsvc"), "setup", str(setup_file), "--json"], env=env,
                           capture_output=True, text=True, cwd=CACHE)
     if done.returncode:
@@ -609,7 +613,7 @@ def measure_intake(db: Database, leadsvc: Server, admin: str, seconds: float) ->
     same mix of new and duplicate phones, 8 connections each, in pairs on the same server: the
     intake's rate over the creates', and its latency as 8 senders see it. What they wrote is
     deleted afterwards."""
-    connector_id, key = bench_connector(db)
+    connector_id, key = bench_connector(db.url)
     _, sample, _ = get(leadsvc.url("/api/v1/leads?page%5Bsize%5D=200"), admin)
     _, sources, _ = get(leadsvc.url("/api/v1/sources"), admin)
     env = {"BENCH_DUPLICATE_PHONES": ",".join(l["contact"]["phone"] for l in sample["data"] if l["contact"]["phone"]),
@@ -830,12 +834,25 @@ def batch_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
              b["ratio"] <= TARGETS["batch_over_singles"] and not b["errors"])]
 
 
+def intake_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    i = r["intake"]
+    return [("Google Ads intakes / API creates, same mix (8 connections)", f">= {TARGETS['intake_over_creates']}",
+             f"{i['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in i['ratios'])}; "
+             f"{i['rps']:.0f} / {i['create_rps']:.0f} req/s)",
+             i["ratio"] >= TARGETS["intake_over_creates"] and not i["errors"]),
+            ("intake p99 at 8 concurrent senders (worst run)", f"< {TARGETS['intake_p99_ms']:.0f} ms",
+             f"{i['p99_ms']:.1f} ms (p50 {i['p50_ms']:.1f} ms; outcomes "
+             f"{', '.join(f'{k} {v:,}' for k, v in sorted(i['outcomes'].items()))})",
+             i["p99_ms"] < TARGETS["intake_p99_ms"] and not i["errors"])]
+
+
 def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     """(target, goal, measured, passed) rows for one database."""
     if "list" not in r:   # --search-only, --webhooks-only, --batch-only, --clock-only
         return ((search_verdicts(r) if "search" in r else []) + follow_up_verdicts(r)
                 + (webhook_verdicts(r) if "webhooks" in r else [])
-                + (batch_verdicts(r) if "batch" in r else []) + (clock_verdicts(r) if "clock" in r else []))
+                + (batch_verdicts(r) if "batch" in r else []) + (intake_verdicts(r) if "intake" in r else [])
+                + (clock_verdicts(r) if "clock" in r else []))
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -860,16 +877,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
                  f"{c['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in c['ratios'])}; "
                  f"{c['rps']:.0f} / {c['baseline_rps']:.0f} req/s)",
                  c["ratio"] >= TARGETS["create_ratio"]))
-    if "intake" in r:
-        i = r["intake"]
-        rows.append(("Google Ads intakes / API creates, same mix (8 connections)", f">= {TARGETS['intake_over_creates']}",
-                     f"{i['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in i['ratios'])}; "
-                     f"{i['rps']:.0f} / {i['create_rps']:.0f} req/s)",
-                     i["ratio"] >= TARGETS["intake_over_creates"] and not i["errors"]))
-        rows.append(("intake p99 at 8 concurrent senders (worst run)", f"< {TARGETS['intake_p99_ms']:.0f} ms",
-                     f"{i['p99_ms']:.1f} ms (p50 {i['p50_ms']:.1f} ms; outcomes "
-                     f"{', '.join(f'{k} {v:,}' for k, v in sorted(i['outcomes'].items()))})",
-                     i["p99_ms"] < TARGETS["intake_p99_ms"] and not i["errors"]))
+    rows += intake_verdicts(r) if "intake" in r else []
     rows.append(("peak RSS of one serving process", f"< {TARGETS['rss_mb']} MB", f"{r['rss_mb']:.0f} MB",
                  r["rss_mb"] < TARGETS["rss_mb"]))
     plans = r["plans"]
@@ -961,6 +969,8 @@ def main() -> None:
                         help="measure only the search and follow-up pages against the first page (implies --no-write)")
     parser.add_argument("--batch-only", action="store_true",
                         help="measure only a batch of 100 new leads against 100 single creates (implies --no-write)")
+    parser.add_argument("--intake-only", action="store_true",
+                        help="measure only Google Ads intakes against API creates (implies --no-write)")
     parser.add_argument("--compare", action="store_true",
                         help="measure only list, create and batch ratios, to compare two checkouts with "
                              "--service-root (implies --no-write)")
@@ -988,7 +998,9 @@ def main() -> None:
         elif args.search_only:
             results.append(measure_search_only(db, tokens, args.duration, args.service_root))
         elif args.batch_only:
-            results.append(measure_batch_only(db, tokens, args.duration, args.service_root))
+            results.append(measure_alone("batch", db, tokens, args.duration, args.service_root))
+        elif args.intake_only:
+            results.append(measure_alone("intake", db, tokens, args.duration, args.service_root))
         elif args.clock_only:
             results.append({"backend": backend, "clock": measure_clock(db, args.service_root)})
         elif args.compare:
@@ -1005,7 +1017,7 @@ def main() -> None:
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
     if not (args.no_write or args.service_root or args.search_only or args.webhooks_only or args.batch_only
-            or args.clock_only):
+            or args.intake_only or args.clock_only):
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

@@ -12,7 +12,7 @@ others are URL-safe, because IndiaMART and JustDial carry theirs in the URL path
 from __future__ import annotations
 
 import base64
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
 import marshmallow as ma
@@ -23,7 +23,7 @@ from flask.views import MethodView
 from . import cursor, events, intake
 from .auth import caller, requires
 from .config import settings
-from .db import NO_KEY_UPDATE, for_update, transaction
+from .db import NO_KEY_UPDATE, for_update, read_rows, transaction
 from .documents import RefSchema, one, page_of, whole_page
 from .extensions import Blueprint
 from .fields import Choices, UtcDateTime
@@ -101,13 +101,27 @@ def counts(connector_ids: Iterable[int]) -> dict[int, dict[str, dict[str, int]]]
     return found
 
 
+def last_received(connector_ids: Iterable[int]) -> dict[int, datetime | None]:
+    """When each connector last stored a payload: its newest intake, one index probe each (the
+    time is read, not kept on the connector, so that an intake does not write its connector's row)."""
+    ids = list(connector_ids)
+    if not ids:
+        return {}
+    newest = (Intake.select(Intake.received_at).where(Intake.connector == Connector.id)
+              .order_by(Intake.received_at.desc()).limit(1))
+    sql, params = Connector.select(Connector.id, newest).where(Connector.id.in_(ids)).sql()
+    return {row.id: row.received_at for row in read_rows([Connector.id, Intake.received_at], sql, params)}
+
+
 def documented(connectors: list[Connector], refs: Any) -> list[Connector]:
-    """The connectors with what their documents show beside their columns: source, url, counts."""
+    """The connectors with what their documents show beside their columns: source, url, health."""
     health = counts(c.id for c in connectors)
+    received = last_received(c.id for c in connectors)
     for connector in connectors:
         connector.source_ref = refs.sources.get(connector.source_id)
         connector.url = intake_path(connector, request.script_root)
         connector.counts = health[connector.id]
+        connector.last_received_at = received.get(connector.id)
     return connectors
 
 

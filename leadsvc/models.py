@@ -234,7 +234,6 @@ class Connector(BaseModel):
     # external_id (generic), the names of the environment variables holding a sender's secrets
     # (app_secret_env, page_token_env, crm_key_env), notice_version.
     settings = pw.JSONField(default=dict)
-    last_received_at = pw.DateTimeField(null=True)
     last_error = pw.CharField(max_length=500, null=True)   # null once the sender's next payload is used
     last_error_at = pw.DateTimeField(null=True)
     # A pulling connector (IndiaMART): the end of the last window read in full, and no pull
@@ -657,6 +656,7 @@ class Intake(BaseModel):
     next_attempt_at = pw.DateTimeField(null=True)
 
     class Meta:
+        only_save_dirty = True   # settling one writes its outcome, not its payload again
         indexes = (
             (("connector", "received_at", "public_id"), False),
             (("connector", "outcome", "received_at", "public_id"), False),

@@ -40,7 +40,6 @@ def up(migrator, db):
         source = ForeignKeyField(Source, null=True, index=False)
         key_salt = CharField(max_length=64)
         settings = JSONField()
-        last_received_at = DateTimeField(null=True)
         last_error = CharField(max_length=500, null=True)
         last_error_at = DateTimeField(null=True)
         pulled_until = DateTimeField(null=True)

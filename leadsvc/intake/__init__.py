@@ -30,7 +30,7 @@ import peewee as pw
 
 from .. import clock, pipeline
 from ..custom_fields import form_value
-from ..db import for_update, transaction
+from ..db import for_update, read_rows, statement, transaction
 from ..fields import phones_of
 from ..history import Actor
 from ..models import Connector, Intake, Workspace, utcnow
@@ -48,6 +48,7 @@ CUT = "intake.cut_payloads"         # the timer kind, one per connector
 CUT_BATCH = 500                     # payloads one run cuts; a bigger backlog runs again at once
 CUT_EVERY = timedelta(days=1)       # the longest a connector's timer sleeps (a retried intake is cut by then)
 ERROR_LENGTH = 500                  # connector.last_error's width
+LEAD_FIELDS = LeadCreateSchema()    # what a sender's payload maps to, read as an API create's body
 
 
 def take(connector: Connector, payload: Any, mapped: Mapped, settings: Mapping[str, Any], *,
@@ -57,11 +58,17 @@ def take(connector: Connector, payload: Any, mapped: Mapped, settings: Mapping[s
     if mapped.external_id is not None and (seen := _stored(connector, mapped.external_id)) is not None:
         return seen
     now = utcnow()
-    with transaction():
-        row = _insert(connector, mapped.external_id, payload, now)
-        if row is None:   # a concurrent delivery of the same id committed first
-            return _stored(connector, mapped.external_id)
-        _settle(row, connector, mapped, settings, request_id)
+    row = Intake(workspace=connector.workspace_id, connector=connector.id, external_id=mapped.external_id,
+                 payload=payload, received_at=now, updated_at=now)
+    try:
+        with transaction():
+            _settle(row, connector, mapped, settings, request_id)   # the intake is inserted with its outcome
+    except pw.IntegrityError:
+        # A concurrent delivery of the same id committed first (on PostgreSQL this one's insert
+        # waited for it): this one's lead, if any, rolled back with it, and it answers the first's intake.
+        if mapped.external_id is None or (seen := _stored(connector, mapped.external_id)) is None:
+            raise
+        return seen
     return row
 
 
@@ -70,11 +77,15 @@ def queue(connector: Connector, external_id: str, payload: Any) -> Intake:
     if (seen := _stored(connector, external_id)) is not None:
         return seen
     now = utcnow()
-    with transaction():
-        row = _insert(connector, external_id, payload, now, next_attempt_at=now)
-        if row is None:
-            return _stored(connector, external_id)
-        Connector.update(last_received_at=now).where(Connector.id == connector.id).execute()
+    row = Intake(workspace=connector.workspace_id, connector=connector.id, external_id=external_id,
+                 outcome="pending", payload=payload, received_at=now, updated_at=now, next_attempt_at=now)
+    try:
+        with transaction():
+            row.save(force_insert=True)
+    except pw.IntegrityError:
+        if (seen := _stored(connector, external_id)) is None:
+            raise
+        return seen
     return row
 
 
@@ -103,29 +114,23 @@ def retry(row: Intake, connector: Connector, settings: Mapping[str, Any]) -> Int
 # --- one intake's way through ----------------------------------------------------------------
 
 def _stored(connector: Connector, external_id: str) -> Intake | None:
-    return Intake.get_or_none((Intake.connector == connector.id) & (Intake.external_id == external_id))
+    """The intake stored under this sender id (its id, public id and outcome), if any: asked
+    before every payload, so its statement is written once (db.statement)."""
+    rows = read_rows([Intake.id, Intake.public_id, Intake.outcome], statement(_stored_query),
+                     [connector.id, external_id])
+    return Intake(id=rows[0].id, public_id=rows[0].public_id, outcome=rows[0].outcome) if rows else None
 
 
-def _insert(connector: Connector, external_id: str | None, payload: Any, now: datetime, *,
-            next_attempt_at: datetime | None = None) -> Intake | None:
-    """A new pending intake, in a savepoint of the caller's transaction; None when its sender id
-    is taken (on PostgreSQL, after waiting for the transaction that took it)."""
-    try:
-        with transaction():
-            return Intake.create(workspace=connector.workspace_id, connector=connector.id, external_id=external_id,
-                                 outcome="pending", payload=payload, received_at=now, updated_at=now,
-                                 next_attempt_at=next_attempt_at)
-    except pw.IntegrityError:
-        if external_id is None:
-            raise
-        return None
+def _stored_query() -> pw.Query:
+    return (Intake.select(Intake.id, Intake.public_id, Intake.outcome)
+            .where((Intake.connector == 0) & (Intake.external_id == "")))
 
 
 def _settle(row: Intake, connector: Connector, mapped: Mapped, settings: Mapping[str, Any],
             request_id: str | None) -> None:
     """Create the intake's lead (or its duplicate submission) and record the outcome on the intake
     and the connector's health, in the caller's transaction."""
-    workspace = Workspace.get_by_id(connector.workspace_id)
+    workspace = connector.workspace   # read with the connector where the sender's request found it
     refs = cached_refs(workspace, settings)
     actor = Actor(workspace=workspace, connector=connector, request_id=request_id)
     now = utcnow()
@@ -142,10 +147,13 @@ def _settle(row: Intake, connector: Connector, mapped: Mapped, settings: Mapping
             row.outcome, row.errors = "rejected", pipeline.item_failure(exc, "payload")[1]
         else:
             row.outcome, row.lead = ("duplicate" if created.duplicate else "created"), created.lead
-    row.save()
+    # A new payload's intake is inserted with its outcome; a stored one (fetched, retried) writes
+    # what changed.
+    row.save(force_insert=row.id is None)
     problem = None if row.outcome != "rejected" else _summary(row)
-    Connector.update(last_received_at=now, last_error=problem, last_error_at=now if problem else None).where(
-        Connector.id == connector.id).execute()
+    if problem is not None or connector.last_error is not None:   # most payloads leave the health as it was
+        Connector.update(last_error=problem, last_error_at=now if problem else None).where(
+            Connector.id == connector.id).execute()
 
 
 def _create(mapped: Mapped, connector: Connector, actor: Actor, refs: Refs) -> pipeline.Created:
@@ -155,7 +163,7 @@ def _create(mapped: Mapped, connector: Connector, actor: Actor, refs: Refs) -> p
         fields["custom_fields"] = {name: form_value(value, refs.custom_fields.get(name)) if isinstance(value, str)
                                    else value for name, value in fields["custom_fields"].items()}
     with phones_of(actor.workspace):
-        data = LeadCreateSchema().load(fields)
+        data = LEAD_FIELDS.load(fields)
     source = refs.sources.get(connector.source_id)
     data["source"] = source.public_id if source else None
     data["attribution"] = {**mapped.attribution, "external_id": mapped.external_id}

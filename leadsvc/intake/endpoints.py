@@ -23,7 +23,7 @@ from ..config import settings
 from ..documents import one
 from ..events import SecretKeyMissing
 from ..extensions import Blueprint, check_storable, parse_json_body
-from ..models import Connector, public_id_pattern
+from ..models import Connector, Workspace, public_id_pattern
 from ..problems import PROBLEM_MIMETYPE, Forbidden, ValidationFailed
 from . import SENDERS, generic, google_ads, meta, queue, take
 from .mapping import same_key
@@ -67,7 +67,8 @@ def refuse() -> Forbidden:
 
 def find(conn_id: str) -> Connector:
     """The connector with this id, or the refusal (an id of the wrong form is not looked up)."""
-    connector = Connector.get_or_none(Connector.public_id == conn_id) if CONNECTOR_ID.fullmatch(conn_id) else None
+    connector = (Connector.select(Connector, Workspace).join(Workspace).where(Connector.public_id == conn_id).first()
+                 if CONNECTOR_ID.fullmatch(conn_id) else None)
     if connector is None:
         raise refuse()
     return connector
