@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from flask import Flask
+from flask_limiter import ExemptionScope
 from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics, observability,
-               openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
+from . import (connectors, db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics,
+               observability, openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
+from .intake import endpoints as intake_endpoints
 
 __version__ = "0.1.0"
 
@@ -36,13 +38,17 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, tasks.blp, privacy.blp, reports.blp,
-                      reference.blp, forms.blp, webhooks.blp):
+                      reference.blp, forms.blp, webhooks.blp, connectors.blp, intake_endpoints.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)
     limiter = limits.init_app(app, exempt=(health.blp, docs.blp, docs.home, openapi.blp, metrics.blp))
     # Web-form submissions also count per client IP against their own, lower limit.
     limiter.limit(limits.form_limit, key_func=limits.client_ip, methods=["POST"])(forms.blp)
+    # A sender's requests count against its connector alone: a sender posts from many addresses,
+    # and a stranger hammering one connector must not use up another's budget.
+    limiter.exempt(intake_endpoints.blp, flags=ExemptionScope.APPLICATION)
+    limiter.limit(limits.intake_limit, key_func=limits.connector_key)(intake_endpoints.blp)
     idempotency.init_app(app)   # after the limiter: a 429 never reserves a key
     return app
 

@@ -1,5 +1,5 @@
-"""The `leadsvc` command: serve, worker, migrate, setup, demo, workspaces, members, tokens, webhooks, import, erase,
-subject, openapi, check."""
+"""The `leadsvc` command: serve, worker, migrate, setup, demo, workspaces, members, tokens, webhooks, connectors,
+import, erase, subject, openapi, check."""
 
 from __future__ import annotations
 
@@ -173,9 +173,9 @@ def setup(ctx: click.Context, file: str, as_json: bool) -> None:
     """Create or update a workspace from a setup file (idempotent)."""
     from .provision import SetupError, apply_setup, read_setup_file
 
-    _migrated_app(ctx)
+    app = _migrated_app(ctx)
     try:
-        result = apply_setup(read_setup_file(file))
+        result = apply_setup(read_setup_file(file), app.config["LEADSVC"]["webhooks"]["secret_key"])
     except SetupError as exc:
         raise click.ClickException(f"{file} was not applied; nothing changed:\n  " + "\n  ".join(exc.problems)) from None
     if as_json:
@@ -186,6 +186,10 @@ def setup(ctx: click.Context, file: str, as_json: bool) -> None:
         ids = getattr(result, section)
         if ids:
             click.echo(f"  {section}: " + ", ".join(f"{name} {pid}" for name, pid in ids.items()))
+    for name, connector in result.connectors.items():
+        click.echo(f"  connector {name}: {connector['id']} at {connector['url']}")
+        if connector["key"]:
+            click.echo(f"    its key, shown only now: {connector['key']}")
 
 
 @cli.command()
@@ -528,6 +532,37 @@ def webhooks_replay(ctx: click.Context, webhook_id: str, delivery_id: str) -> No
     except Problem as exc:
         raise click.ClickException(_problem_message(exc)) from None
     click.echo(f"Delivery {delivery_id} is due again now.")
+
+
+@cli.group()
+def connectors() -> None:
+    """Manage connectors (inbound lead feeds; setup declares them)."""
+
+
+@connectors.command("rotate-key")
+@click.argument("connector_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the connector's id, url and new key as one JSON object.")
+@click.pass_context
+def connectors_rotate_key(ctx: click.Context, connector_id: str, as_json: bool) -> None:
+    """Issue a connector's new key, shown once; the old one stops at once."""
+    from .connectors import intake_path, rotate_key
+    from .models import Connector
+    from .problems import Problem
+
+    app = _migrated_app(ctx)
+    connector = Connector.get_or_none(Connector.public_id == connector_id)
+    if connector is None:
+        raise click.ClickException(f"No connector {connector_id}. `leadsvc setup --json` shows the connectors.")
+    try:
+        connector, key = rotate_key(connector, app.config["LEADSVC"]["webhooks"]["secret_key"])
+    except Problem as exc:
+        raise click.ClickException(_problem_message(exc)) from None
+    if as_json:
+        _print_json({"id": connector.public_id, "url": intake_path(connector), "key": key})
+        return
+    click.echo(f"Connector {connector.public_id} ({connector.name}) has a new key; the old one no longer works. "
+               "Shown only now:")
+    click.echo(f"  {key}")
 
 
 @cli.command()

@@ -177,7 +177,7 @@ def _check(settings: Settings) -> None:
     if settings["server"]["port"] > 65535:
         raise ConfigError(f"server.port must be from 1 to 65535, not {settings['server']['port']}.")
     limits = settings["rate_limits"]
-    for key in ("per_token", "per_ip", "forms"):
+    for key in ("per_token", "per_ip", "forms", "intake"):
         try:
             parse_many(limits[key])
         except ValueError:
@@ -209,6 +209,12 @@ def _check(settings: Settings) -> None:
     if not 0 <= settings["forms"]["answer_floor_ms"] <= MAX_ANSWER_FLOOR_MS:
         raise ConfigError(f"forms.answer_floor_ms must be from 0 to {MAX_ANSWER_FLOOR_MS}, "
                           f"not {settings['forms']['answer_floor_ms']}.")
+    if settings["connectors"]["indiamart_interval"] < 1:
+        raise ConfigError("connectors.indiamart_interval must be at least 1 second; IndiaMART blocks a key pulled "
+                          "more often than every 300.")
+    for key in ("meta_graph_url", "indiamart_url"):
+        if urlsplit(settings["connectors"][key]).scheme not in ("http", "https"):
+            raise ConfigError(f"connectors.{key} must be an http(s) URL, not {settings['connectors'][key]!r}.")
     url = settings["database"]["url"]
     if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
         raise ConfigError(

@@ -23,13 +23,14 @@ def new_consent(lead: Lead, given: Mapping[str, Any] | None, actor: Actor, now: 
     if not given:
         return None
     consent = Consent(workspace=lead.workspace_id, purpose=given["purpose"], notice_version=given.get("notice_version"),
-                      form=actor.form, token=actor.token, given_at=now, ip=given.get("ip"))
+                      form=actor.form, token=actor.token, connector=actor.connector, given_at=now, ip=given.get("ip"))
     lead.consent = consent_document(consent, _actor_id(actor))
     return consent
 
 
 def _actor_id(actor: Actor) -> str | None:
-    return actor.form.public_id if actor.form else actor.token.public_id if actor.token else None
+    recorder = actor.form or actor.connector or actor.token
+    return recorder.public_id if recorder else None
 
 
 def consent_again(lead: Lead, given: Mapping[str, Any], actor: Actor, refs: Refs) -> Lead:
@@ -56,7 +57,7 @@ def withdraw_consent(lead: Lead, actor: Actor, refs: Refs) -> Lead:
         changes: dict[str, dict[str, Any]] = {}
         if latest is None:
             consent = Consent.create(workspace=current.workspace_id, lead=current, form=actor.form, token=actor.token,
-                                     withdrawn_at=now)
+                                     connector=actor.connector, withdrawn_at=now)
             current.consent = consent_document(consent, _actor_id(actor))
             changes["consent"] = {"old": None, "new": consent.public_id}
         elif latest["withdrawn_at"] is None:

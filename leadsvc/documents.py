@@ -17,7 +17,7 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Consent, Form, Lead, Member, Status, Task, Token, utcnow
+from .models import FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Connector, Consent, Form, Lead, Member, Status, Task, Token, utcnow
 from .scoring import band
 from .sla import SLA_STATES, state as sla_state
 
@@ -169,7 +169,7 @@ class ScoreReasonSchema(ma.Schema):
 
 
 class ActorSchema(ma.Schema):
-    type = ma.fields.String(required=True, metadata={"enum": ["token", "form", "system"]})
+    type = ma.fields.String(required=True, metadata={"enum": ["token", "form", "connector", "system"]})
     id = ma.fields.String()
     name = ma.fields.String()
     member = ma.fields.Nested(MemberRefSchema, allow_none=True)
@@ -202,9 +202,10 @@ class ConsentSchema(ma.Schema):
     given_at = UtcDateTime(allow_none=True, required=True, metadata={
         "description": "Null for a withdrawal recorded without an earlier consent."})
     source = ma.fields.String(allow_none=True, required=True, metadata={
-        "description": "The form (form_...) or token (tok_...) that recorded it."})
+        "description": "The form (form_...), connector (conn_...) or token (tok_...) that recorded it."})
     ip = ma.fields.String(allow_none=True, required=True, metadata={
-        "description": "The client address of a form submission; null for API creates and once erased."})
+        "description": "The client address of a form submission; null for API creates, connectors' leads and "
+                       "once erased."})
     withdrawn_at = UtcDateTime(allow_none=True, required=True)
 
 
@@ -502,7 +503,7 @@ def task_documents(tasks: list[Task], refs: Refs) -> list[dict[str, Any]]:
 
 
 def consent_document(consent: Consent, source: str | None) -> dict[str, Any]:
-    """A consent record (ConsentSchema); `source` is the public id of its form or token."""
+    """A consent record (ConsentSchema); `source` is the public id of its form, connector or token."""
     return {"id": consent.public_id, "purpose": consent.purpose, "notice_version": consent.notice_version,
             "given_at": rfc3339(consent.given_at), "source": source, "ip": consent.ip,
             "withdrawn_at": rfc3339(consent.withdrawn_at)}
@@ -511,19 +512,25 @@ def consent_document(consent: Consent, source: str | None) -> dict[str, Any]:
 # --- history ---------------------------------------------------------------------------------
 
 class ActorNames:
-    """Public ids and names of the tokens and forms that acted, fetched in one query each."""
+    """Public ids and names of the tokens, forms and connectors that acted, fetched in one query each."""
 
     def __init__(self, rows: list[Any], refs: Refs):
         token_ids = {r.actor_token_id for r in rows if r.actor_token_id}
         form_ids = {r.actor_form_id for r in rows if r.actor_form_id}
+        connector_ids = {r.actor_connector_id for r in rows if r.actor_connector_id}
         self.tokens = {t.id: t.public_id for t in Token.select(Token.id, Token.public_id).where(Token.id.in_(token_ids))} if token_ids else {}
         self.forms = {f.id: f for f in Form.select(Form.id, Form.public_id, Form.name).where(Form.id.in_(form_ids))} if form_ids else {}
+        self.connectors = {c.id: c for c in Connector.select(Connector.id, Connector.public_id, Connector.name)
+                           .where(Connector.id.in_(connector_ids))} if connector_ids else {}
         self.refs = refs
 
     def actor(self, row: Any) -> dict[str, Any]:
         if row.actor_form_id:
             form = self.forms[row.actor_form_id]
             return {"type": "form", "id": form.public_id, "name": form.name}
+        if row.actor_connector_id:
+            connector = self.connectors[row.actor_connector_id]
+            return {"type": "connector", "id": connector.public_id, "name": connector.name}
         if row.actor_token_id:
             return {"type": "token", "id": self.tokens[row.actor_token_id],
                     "member": member_ref(self.refs.members.get(row.actor_member_id))}

@@ -99,12 +99,18 @@ def new_salt() -> str:
     return secrets.token_urlsafe(24)
 
 
+def derive(label: str, salt: str, secret_key: str, *, needed_by: str = "Webhooks") -> bytes:
+    """HMAC-SHA256(secret_key, label NUL salt): what a salt stands for under the configured key.
+    Each use has its own label (a webhook's secret, a connector's key), so that a value of one
+    never equals a value of another made from the same salt."""
+    if not secret_key:
+        raise SecretKeyMissing(f"{needed_by} need webhooks.secret_key (32+ random characters) in the configuration.")
+    return hmac.new(secret_key.encode(), f"leadsvc {label}\x00{salt}".encode(), hashlib.sha256).digest()
+
+
 def secret(salt: str, secret_key: str) -> str:
     """The whsec_ secret a webhook's salt stands for under the configured key."""
-    if not secret_key:
-        raise SecretKeyMissing("Webhooks need webhooks.secret_key (32+ random characters) in the configuration.")
-    digest = hmac.new(secret_key.encode(), b"leadsvc webhook secret\x00" + salt.encode(), hashlib.sha256).digest()
-    return SECRET_PREFIX + base64.b64encode(digest).decode()
+    return SECRET_PREFIX + base64.b64encode(derive("webhook secret", salt, secret_key)).decode()
 
 
 def signing_secrets(hook: Webhook, secret_key: str, now: datetime) -> list[str]:

@@ -131,8 +131,17 @@ class TaskIdConverter(BaseConverter):
     regex = public_id_regex("task_")
 
 
+class ConnectorIdConverter(BaseConverter):
+    regex = public_id_regex("conn_")
+
+
+class IntakeIdConverter(BaseConverter):
+    regex = public_id_regex("in_")
+
+
 CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter,
-              "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter}
+              "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter, "connector_id": ConnectorIdConverter,
+              "intake_id": IntakeIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

@@ -13,13 +13,13 @@ from flask import g
 
 from .auth import Caller, caller, in_lead_scope, lead_scope, member_scope, require
 from .fields import rfc3339
-from .models import Activity, AuditEntry, Form, Lead, Member, Token, Workspace, utcnow
+from .models import Activity, AuditEntry, Connector, Form, Lead, Member, Token, Workspace, utcnow
 
 
 @dataclass(frozen=True)
 class Actor:
     """Who makes a change, and the API caller whose scope bounds the leads and members it may
-    touch (None: a web form or an import, which act on the whole workspace)."""
+    touch (None: a web form, a connector or an import, which act on the whole workspace)."""
 
     workspace: Workspace
     token: Token | None = None
@@ -28,10 +28,12 @@ class Actor:
     request_id: str | None = None
     caller: Caller | None = None
     via: str | None = None   # how a lead came in, for its `created` activity: api (default), form, import
+    connector: Connector | None = None   # a connector's intake (section 19)
 
     def columns(self) -> dict[str, Any]:
         """The actor columns of a history row (transition, activity, note, audit entry)."""
-        return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form}
+        return {"actor_token": self.token, "actor_member": self.member, "actor_form": self.form,
+                "actor_connector": self.connector}
 
     @property
     def lead_scope(self) -> pw.Expression | None:

@@ -1,7 +1,8 @@
 """Rate limits and request-size limits: what a single client may send, and how often.
 
-Rate limits count per token across all routes for a valid token, per client IP otherwise, and per
-client IP for web-form submissions (`form_limit`). A Limiter is made per app (like the Api):
+Rate limits count per token across all routes for a valid token, per client IP otherwise, per
+client IP for web-form submissions (`form_limit`), and per connector, alone, for what senders post
+to a connector (`intake_limit`). A Limiter is made per app (like the Api):
 flask-limiter keeps its storage and exemptions on the instance, and a test run builds apps with
 different limits side by side.
 """
@@ -52,6 +53,15 @@ def caller_limit() -> str:
 
 def form_limit() -> str:
     return settings()["rate_limits"]["forms"]
+
+
+def intake_limit() -> str:
+    return settings()["rate_limits"]["intake"]
+
+
+def connector_key() -> str:
+    """What a sender's request counts against: the connector named in its path, whoever sends it."""
+    return f"conn:{str((request.view_args or {}).get('conn_id', ''))[:64]}"
 
 
 def storage_options(uri: str) -> dict[str, Any]:

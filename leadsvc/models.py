@@ -478,8 +478,8 @@ class AuditEntry(Attributed):
 
 
 class Consent(BaseModel):
-    """A lead's consent to a notice (DPDP Act): given through a form or by an API client, and
-    withdrawn. Kept when the lead is erased, without the client IP."""
+    """A lead's consent to a notice (DPDP Act): given through a form, a connector (0020) or by
+    an API client, and withdrawn. Kept when the lead is erased, without the client IP."""
 
     workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
     public_id = PublicIdField("cons_")
@@ -488,6 +488,7 @@ class Consent(BaseModel):
     notice_version = pw.CharField(max_length=64, null=True)
     form = pw.ForeignKeyField(Form, null=True, backref="+", index=False)
     token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
+    connector = pw.ForeignKeyField(Connector, null=True, backref="+", index=False)   # 0020
     given_at = pw.DateTimeField(null=True)     # null: a withdrawal recorded without an earlier consent
     ip = pw.CharField(max_length=64, null=True)
     withdrawn_at = pw.DateTimeField(null=True)
@@ -659,8 +660,11 @@ Intake.add_index(Intake.index(Intake.connector, Intake.external_id, unique=True,
 Intake.add_index(Intake.index(Intake.lead, where=Intake.lead.is_null(False), name="intake_lead_id"))
 Intake.add_index(Intake.index(Intake.next_attempt_at, where=Intake.next_attempt_at.is_null(False),
                               name="intake_due"))
-# What the 30-day cut finds: kept payloads, oldest first.
-Intake.add_index(Intake.index(Intake.received_at, where=Intake.payload.is_null(False), name="intake_payload_kept"))
+# What the 30-day cut reads (intake.cut_payloads): the kept payloads of created and duplicate
+# intakes, oldest first per connector; rejected, test and pending ones keep theirs and stay out.
+Intake.add_index(Intake.index(Intake.connector, Intake.received_at,
+                              where=Intake.payload.is_null(False) & Intake.outcome.in_(["created", "duplicate"]),
+                              name="intake_payload_kept"))
 
 
 class Timer(BaseModel):

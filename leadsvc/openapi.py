@@ -51,6 +51,9 @@ def init_app(app: Flask, version: str) -> ProblemApi:
 
 # --- plugins: what each operation's decorators leave unsaid ----------------------------------
 
+INTAKE_PATHS = "/api/v1/intake/"
+
+
 class IdempotencySpecPlugin(BasePlugin):
     """Documents the Idempotency-Key header, and the 409 and 422 it can cause, on every POST."""
 
@@ -69,7 +72,8 @@ class IdempotencySpecPlugin(BasePlugin):
 
     def operation_helper(self, path=None, operations=None, **kwargs) -> None:
         post = (operations or {}).get("post")
-        if post is None:
+        # A sender's POST is taken once per the sender's own id (intake/): no key there.
+        if post is None or (path or "").startswith(INTAKE_PATHS):
             return
         post.setdefault("parameters", []).append("IdempotencyKey")
         responses = post.setdefault("responses", {})

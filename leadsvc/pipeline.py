@@ -119,7 +119,8 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 name_key=search.name_key(data.get("first_name") or "", data.get("last_name") or ""),
                 email=email, source=source,
                 status=status, estimated_value=data.get("estimated_value"), custom_fields=custom,
-                created_at=now, updated_at=now, status_changed_at=now)
+                do_not_contact=bool(data.get("do_not_contact")), created_at=now, updated_at=now,
+                status_changed_at=now, **arrival(data, actor))
     lead_timers.start(lead, refs)
     consent = new_consent(lead, data.get("consent"), actor, now)
     rescore(lead, refs)
@@ -153,6 +154,16 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     return Created(lead, duplicate=False)
 
 
+def arrival(data: Mapping[str, Any], actor: Actor) -> dict[str, Any]:
+    """How a new lead came in (section 19): its channel, the connector that took it (the actor's),
+    the attribution sent with it (data["attribution"]: campaign and ad ids, click ids, the
+    sender's id) and the campaign reports group by."""
+    attribution = {key: value for key, value in (data.get("attribution") or {}).items() if value not in (None, "")}
+    return {"channel": actor.via or ("form" if actor.form else "api"), "connector": actor.connector,
+            "attribution": attribution or None,
+            "campaign": attribution.get("campaign_id") or attribution.get("utm_campaign")}
+
+
 def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:
     """A new lead's history: its first transition, the created and assigned activities and the audit entry."""
     recorded = {name: plain(getattr(lead, name)) for name in
@@ -161,11 +172,13 @@ def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -
     Transition.create(workspace=lead.workspace_id, lead=lead.id, from_status=None, to_status=lead.status_id,
                       at=lead.created_at, **actor.columns())
     Activity.insert_many([
-        activity_row(lead, actor, "created", "Lead created.", {"via": actor.via or ("form" if actor.form else "api")}),
+        activity_row(lead, actor, "created", "Lead created.", {"via": lead.channel}),
         activity_row(lead, actor, "assigned", assignment.summary, assignment.reason),
     ]).execute()
     if lead.consent is not None:
         recorded["consent"] = lead.consent["id"]
+    if lead.do_not_contact:   # a sender said so (JustDial's dncmobile)
+        recorded["do_not_contact"] = True
     record_audit(lead, actor, "created", {name: {"old": None, "new": value} for name, value in recorded.items()
                                           if value not in (None, "", {})})
 

@@ -2,8 +2,9 @@
 
 Erasure anonymises the lead in place, in one transaction: its contact, its personal custom fields,
 its notes' bodies, its activities' summaries and data, its tasks' titles, notes and outcomes, its
-transitions' notes and its consents' client addresses are cleared, and its audit entries keep who
-changed which field when with "[erased]" for the personal values. Status, owner, team, source,
+transitions' notes, its consents' client addresses and the raw payloads its connectors received are
+cleared, and its audit entries keep who changed which field when with "[erased]" for the personal
+values. Status, owner, team, source,
 score, transitions and times stay, so reports come out the same. Search (name parts, reversed
 phone), duplicate detection (phone and e-mail are null) and recorded idempotent responses lose it
 too; the deliveries log drops the receivers' answers to its events.
@@ -25,8 +26,8 @@ from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, a
                         transition_document)
 from .extensions import Blueprint
 from .history import Actor, actor, plain, record_audit
-from .models import (Activity, AuditEntry, Consent, Form, Lead, LeadNamePart, Note, Task, Token, Transition,
-                     Workspace, utcnow)
+from .models import (Activity, AuditEntry, Connector, Consent, Form, Intake, Lead, LeadNamePart, Note, Task, Token,
+                     Transition, Workspace, utcnow)
 from .pipeline import leads_with_contact
 from .refs import Refs, request_refs
 from .schemas import EraseSchema, PersonErasureSchema, SubjectQuery
@@ -82,6 +83,8 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
     # Kinds, states and times stay: what was planned and done when, without what it said.
     Task.update(title=None, notes=None, outcome=None).where(Task.lead == lead.id).execute()
     Consent.update(ip=None).where(Consent.lead == lead.id).execute()
+    # What senders sent about the person, kept with their intakes (found by lead: intake_lead_id).
+    Intake.update(payload=None).where(Intake.lead == lead.id).execute()
     for entry_id, changes in AuditEntry.select(AuditEntry.id, AuditEntry.changes).where(
             AuditEntry.lead == lead.id).tuples():
         scrubbed = _scrub_changes(changes or {}, personal)
@@ -142,17 +145,20 @@ def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:
             "notes": [note_document(row, names) for row in notes],
             "tasks": task_documents(tasks, refs),
             "transitions": [transition_document(row, names) for row in transitions],
-            "consents": [consent_document(row, sources.get((row.form_id, row.token_id))) for row in consents],
+            "consents": [consent_document(row, sources.get(row.id)) for row in consents],
             "audit": [audit_document(row, names) for row in audit]}
 
 
-def _consent_sources(consents: list[Consent]) -> dict[tuple[int | None, int | None], str]:
-    """(form id, token id) -> the public id of the form or token that recorded a consent."""
-    form_ids = {c.form_id for c in consents if c.form_id}
-    token_ids = {c.token_id for c in consents if c.token_id}
-    forms = dict(Form.select(Form.id, Form.public_id).where(Form.id.in_(form_ids)).tuples()) if form_ids else {}
-    tokens = dict(Token.select(Token.id, Token.public_id).where(Token.id.in_(token_ids)).tuples()) if token_ids else {}
-    return {(c.form_id, c.token_id): forms.get(c.form_id) or tokens.get(c.token_id) for c in consents}
+def _consent_sources(consents: list[Consent]) -> dict[int, str | None]:
+    """Consent id -> the public id of the form, connector or token that recorded it."""
+    found: dict[tuple[str, int], str] = {}
+    for kind, model in (("form", Form), ("connector", Connector), ("token", Token)):
+        ids = {getattr(c, f"{kind}_id") for c in consents if getattr(c, f"{kind}_id")}
+        if ids:
+            found.update(((kind, row_id), public_id)
+                         for row_id, public_id in model.select(model.id, model.public_id).where(model.id.in_(ids)).tuples())
+    return {c.id: next((found[kind, getattr(c, f"{kind}_id")] for kind in ("form", "connector", "token")
+                        if getattr(c, f"{kind}_id")), None) for c in consents}
 
 
 # --- the API ---------------------------------------------------------------------------------

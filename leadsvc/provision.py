@@ -19,11 +19,13 @@ import marshmallow as ma
 import peewee as pw
 from marshmallow import validate
 
-from . import lead_timers
+from . import connectors, events, intake, lead_timers
 from .db import transaction
 from .export import COLUMNS as CSV_COLUMNS
-from .models import (FIELD_TYPES, ROLES, STATUS_KINDS, CustomField, Form, LostReason, Member, Rule,
-                     Source, Status, Team, Workspace)
+from .intake import generic
+from .intake.mapping import PointerError, parse_pointer
+from .models import (CONNECTOR_KINDS, FIELD_TYPES, ROLES, STATUS_KINDS, Connector, CustomField, Form, LostReason,
+                     Member, Rule, Source, Status, Team, Workspace)
 from .working_hours import WEEKDAYS, parse_window
 
 SNAKE_CASE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -220,6 +222,64 @@ class LostReasonItem(ma.Schema):
     name = _name()
 
 
+ENV_NAME = validate.Regexp(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", error="Name an environment variable, as "
+                                                                  "ACME_META_APP_SECRET; its value is read when needed.")
+# The keys each kind takes beyond those every connector has.
+CONNECTOR_KEYS = {"google_ads": {"custom_fields"}, "meta": {"custom_fields", "app_secret_env", "page_token_env"},
+                  "indiamart": {"custom_fields", "crm_key_env"}, "justdial": {"custom_fields"},
+                  "generic": {"map", "external_id"}}
+REQUIRED_CONNECTOR_KEYS = {"meta": ("app_secret_env", "page_token_env"), "generic": ("map",)}
+
+
+class JsonPointer(ma.fields.String):
+    """An RFC 6901 JSON pointer ("/contact/phone")."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            parse_pointer(text)
+        except PointerError as exc:
+            raise ma.ValidationError(str(exc)) from None
+        return text
+
+
+class ConnectorItem(ma.Schema):
+    """[[connectors]]: an inbound lead feed (DESIGN section 19). The environment variables are
+    named here; their values (a sender's secrets) are never stored."""
+
+    name = _name()
+    kind = ma.fields.String(required=True, validate=validate.OneOf(CONNECTOR_KINDS))
+    source = ma.fields.String(required=True)
+    custom_fields = ma.fields.Dict(keys=ma.fields.String(validate=validate.Length(1, 200)), values=ma.fields.String())
+    notice_version = ma.fields.String(validate=validate.Length(1, 64))
+    app_secret_env = ma.fields.String(validate=ENV_NAME)
+    page_token_env = ma.fields.String(validate=ENV_NAME)
+    crm_key_env = ma.fields.String(validate=ENV_NAME)
+    map = ma.fields.Dict(keys=ma.fields.String(), values=JsonPointer())
+    external_id = JsonPointer()
+
+    @ma.validates_schema
+    def _keys_of_its_kind(self, data, **kwargs):
+        kind = data.get("kind")
+        if kind not in CONNECTOR_KEYS:
+            return
+        errors = {key: [f"Only {', '.join(k for k, keys in CONNECTOR_KEYS.items() if key in keys)} connectors "
+                        f"take {key}."] for key in data if key in ALL_CONNECTOR_KEYS - CONNECTOR_KEYS[kind]}
+        errors.update({key: [f"Required for {kind} connectors."] for key in REQUIRED_CONNECTOR_KEYS.get(kind, ())
+                       if key not in data})
+        for target in (data.get("map") or {}) if kind == "generic" else ():
+            if problem := generic.target_problem(target):
+                errors.setdefault("map", []).append(f"{target}: {problem}.")
+        if kind == "generic" and "map" in data and not any(
+                target in ("phone", "email") for target in data["map"]):
+            errors.setdefault("map", []).append("Map phone or email (or both): a lead needs one.")
+        if errors:
+            raise ma.ValidationError(errors)
+
+
+ALL_CONNECTOR_KEYS = frozenset().union(*CONNECTOR_KEYS.values())
+
+
 class SetupFile(ma.Schema):
     workspace = ma.fields.Nested(WorkspaceSection, required=True)
     working_hours = ma.fields.Nested(WorkingHoursSection, load_default=None)
@@ -232,6 +292,7 @@ class SetupFile(ma.Schema):
     rules = ma.fields.List(ma.fields.Nested(RuleItem), load_default=list)
     forms = ma.fields.List(ma.fields.Nested(FormItem), load_default=list)
     lost_reasons = ma.fields.List(ma.fields.Nested(LostReasonItem), load_default=list)
+    connectors = ma.fields.List(ma.fields.Nested(ConnectorItem), load_default=list)
 
 
 # --- reading and checking --------------------------------------------------------------------
@@ -292,7 +353,7 @@ def _check_references(data: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     for section, key in (("teams", "name"), ("members", "email"), ("statuses", "name"),
                          ("sources", "name"), ("custom_fields", "name"), ("rules", "name"), ("forms", "name"),
-                         ("lost_reasons", "name")):
+                         ("lost_reasons", "name"), ("connectors", "name")):
         problems += _duplicates(data[section], key, section)
 
     existing = Workspace.get_or_none(Workspace.name == data["workspace"]["name"])
@@ -353,6 +414,21 @@ def _check_references(data: dict[str, Any]) -> list[str]:
     for i, form in enumerate(data["forms"]):
         if form.get("source"):
             must_exist(form["source"], sources, f"forms[{i}].source", "source")
+    kinds = {} if existing is None else dict(
+        Connector.select(Connector.name, Connector.kind).where(Connector.workspace == existing.id).tuples())
+    for i, connector in enumerate(data["connectors"]):
+        where = f"connectors[{i}]"
+        must_exist(connector["source"], sources, f"{where}.source", "source")
+        for column, name in (connector.get("custom_fields") or {}).items():
+            must_exist(name, set(fields), f"{where}.custom_fields.{column}", "custom field")
+        for target in (connector.get("map") or {}):
+            if target.startswith(generic.CUSTOM_PREFIX):
+                must_exist(target.removeprefix(generic.CUSTOM_PREFIX), set(fields), f"{where}.map.{target}",
+                           "custom field")
+        before = kinds.get(connector["name"])
+        if before is not None and before != connector["kind"]:
+            problems.append(f"{where}.kind: connector {connector['name']!r} is {before}; a connector's kind cannot "
+                            "change (its key and intakes are its kind's). Give the new feed another name.")
     return problems
 
 
@@ -369,11 +445,14 @@ class SetupResult:
     rules: dict[str, str] = field(default_factory=dict)
     forms: dict[str, str] = field(default_factory=dict)
     lost_reasons: dict[str, str] = field(default_factory=dict)
+    # name -> {"id", "url", "key"}: the key only in the run that created the connector, else null
+    connectors: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {"workspace": self.workspace, "teams": self.teams, "members": self.members,
                 "statuses": self.statuses, "sources": self.sources, "custom_fields": self.custom_fields,
-                "rules": self.rules, "forms": self.forms, "lost_reasons": self.lost_reasons}
+                "rules": self.rules, "forms": self.forms, "lost_reasons": self.lost_reasons,
+                "connectors": self.connectors}
 
 
 def _upsert(model, workspace: Workspace, lookup: dict[str, Any], values: dict[str, Any]):
@@ -398,8 +477,13 @@ def _stored(row: pw.Model, key: str) -> Any:
     return getattr(row, f"{key}_id" if hasattr(type(row), f"{key}_id") else key)
 
 
-def apply_setup(data: dict[str, Any]) -> SetupResult:
-    """Create or update the workspace described by checked setup data, in one transaction."""
+def apply_setup(data: dict[str, Any], secret_key: str = "") -> SetupResult:
+    """Create or update the workspace described by checked setup data, in one transaction.
+    `secret_key` (webhooks.secret_key) is what connectors' keys derive from: a file with
+    connectors needs it."""
+    if data["connectors"] and not secret_key:
+        raise SetupError(["connectors: connector keys derive from webhooks.secret_key, which is not configured; "
+                          "set it (32+ random characters) or webhooks.secret_key_file, then run setup again."])
     with transaction():
         ws = data["workspace"]
         workspace = Workspace.get_or_none(Workspace.name == ws["name"])
@@ -493,4 +577,23 @@ def apply_setup(data: dict[str, Any]) -> SetupResult:
             row = _upsert(LostReason, workspace, {"name": name}, {"position": position})
             if name in listed:
                 result.lost_reasons[name] = row.public_id
+
+        for item in data["connectors"]:
+            result.connectors[item["name"]] = _connector(workspace, item, sources[item["source"]], secret_key)
     return result
+
+
+def _connector(workspace: Workspace, item: dict[str, Any], source: Source, secret_key: str) -> dict[str, str | None]:
+    """Create or update a connector; its id, url, and its key when it is new (an update never re-keys)."""
+    settings = {key: item[key] for key in (*sorted(ALL_CONNECTOR_KEYS), "notice_version") if key in item}
+    row = Connector.get_or_none((Connector.workspace == workspace.id) & (Connector.name == item["name"]))
+    key = None
+    if row is None:
+        salt = events.new_salt()
+        key = connectors.key_for(item["kind"], salt, secret_key)
+        row = Connector.create(workspace=workspace, name=item["name"], kind=item["kind"], source=source,
+                               key_salt=salt, settings=settings)
+        intake.arm_cut(row, row.created_at + intake.CUT_EVERY)
+    else:
+        row = _upsert(Connector, workspace, {"name": item["name"]}, {"source": source, "settings": settings})
+    return {"id": row.public_id, "url": connectors.intake_path(row), "key": key}

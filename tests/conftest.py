@@ -302,6 +302,34 @@ def with_rules(*rules, **changes):
     return change
 
 
+# --- connectors (DESIGN section 19) --------------------------------------------------------------
+
+META_APP_SECRET_ENV = "ACME_META_APP_SECRET"   # named in the setup; the meta tests set it
+INTAKE_FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "intake")
+
+
+def with_connectors(data):
+    """A change for make_workspace: one connector of each kind, as DESIGN section 19 shows them."""
+    data["connectors"] = [
+        {"name": "Google Ads - Villas", "kind": "google_ads", "source": "Website",
+         "custom_fields": {"VILLA_TYPE": "product_interest"}},
+        {"name": "Meta lead ads", "kind": "meta", "source": "Website", "app_secret_env": META_APP_SECRET_ENV,
+         "page_token_env": "ACME_META_PAGE_TOKEN", "custom_fields": {"product_interest": "product_interest"}},
+        {"name": "IndiaMART", "kind": "indiamart", "source": "Referral", "custom_fields": {"SENDER_CITY": "notes_from_call"}},
+        {"name": "JustDial", "kind": "justdial", "source": "Referral", "notice_version": "jd-2026-01"},
+        {"name": "Website hook", "kind": "generic", "source": "Website", "external_id": "/ref",
+         "map": {"full_name": "/contact/name", "phone": "/contact/phone", "email": "/contact/email",
+                 "estimated_value": "/deal/value", "custom_fields.family_size": "/extra/size",
+                 "attribution.utm_campaign": "/utm/campaign", "attribution.utm_source": "/utm/source"}},
+    ]
+
+
+def intake_fixture(name: str) -> Any:
+    """A sender's payload as its documentation shows it (tests/fixtures/intake/<name>.json)."""
+    with open(os.path.join(INTAKE_FIXTURES, f"{name}.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def bearer(token: str) -> dict[str, str]:
     """The Authorization header that carries this token."""
     return {"Authorization": f"Bearer {token}"}
@@ -341,7 +369,7 @@ def make_workspace(app):
         data = standard_setup(f"Test {uuid.uuid4().hex[:10]}")
         if change:
             change(data)
-        return Tenant(apply_setup(parse_setup(data)))
+        return Tenant(apply_setup(parse_setup(data), WEBHOOK_SECRET_KEY))
     return build
 
 

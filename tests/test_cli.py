@@ -150,7 +150,7 @@ def test_setup_json_prints_every_id_by_name(run_cli, tmp_path):
     path.write_text(SETUP_FILE.format(name="CLI Acme"))
     body = json.loads(ok(run_cli("setup", str(path), "--json")).stdout)
     assert list(body) == ["workspace", "teams", "members", "statuses", "sources", "custom_fields", "rules", "forms",
-                          "lost_reasons"]
+                          "lost_reasons", "connectors"]
     assert body["workspace"].startswith("ws_")
     prefixes = {"teams": "team_", "members": "mem_", "statuses": "st_", "sources": "src_",
                 "custom_fields": "cf_", "rules": "rule_", "forms": "form_", "lost_reasons": "lr_"}

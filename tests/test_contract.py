@@ -96,7 +96,7 @@ def test_environment_beats_the_file_and_explicit_overrides_beat_both(tmp_path):
 VALID_STRINGS = {"level": "DEBUG", "docs_url": "https://docs.example.com/leadsvc", "per_token": "5/second",
                  "per_ip": "1/second", "forms": "2 per hour", "storage": "redis://127.0.0.1:6379/0",
                  "url": "postgresql://app@db.internal:5432/leadsvc", "format": "json", "allow_from": "10.0.0.0/8",
-                 "secret_key": "k" * 32}
+                 "secret_key": "k" * 32, "intake": "20/second"}
 
 
 def changed(key, value):

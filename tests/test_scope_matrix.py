@@ -16,10 +16,11 @@ from typing import Callable
 
 import pytest
 
-from conftest import ROLE_EMAILS, Tenant, standard_setup
+from conftest import WEBHOOK_SECRET_KEY, ROLE_EMAILS, Tenant, intake_fixture, standard_setup, with_connectors
 from leadsvc.auth import ABILITIES, excluded_for, issue_token, revoke_tokens
+from leadsvc.connectors import rotate_key
 from leadsvc.db import database, make_database
-from leadsvc.models import Lead, Member, Token, Workspace
+from leadsvc.models import Connector, Lead, Member, Token, Workspace
 from leadsvc.provision import apply_setup, parse_setup
 
 
@@ -60,6 +61,10 @@ class Endpoint:
     @property
     def addresses_a_webhook(self) -> bool:
         return "{webhook}" in self.path
+
+    @property
+    def addresses_a_connector(self) -> bool:
+        return "{connector}" in self.path
 
 
 ENDPOINTS = [
@@ -120,6 +125,11 @@ ENDPOINTS = [
              shows="other"),
     Endpoint("POST", "/api/v1/tasks/{task}/cancel", "tasks:write", shows="other"),
     Endpoint("GET", "/api/v1/leads?filter[next_task]=overdue", "leads:read", shows="leads"),
+    Endpoint("GET", "/api/v1/connectors", "connectors:manage", shows="other"),
+    Endpoint("GET", "/api/v1/connectors/{connector}", "connectors:manage", shows="other"),
+    Endpoint("GET", "/api/v1/connectors/{connector}/intakes", "connectors:manage", shows="other"),
+    Endpoint("POST", "/api/v1/connectors/{connector}/intakes/{intake}/retry", "connectors:manage", shows="other"),
+    Endpoint("POST", "/api/v1/connectors/{connector}/rotate-key", "connectors:manage", shows="other"),
 ]
 MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
@@ -144,7 +154,7 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
         return 403
     if endpoint.addresses_a_lead and (caller == "foreign" or (target == "other_team" and caller != "admin")):
         return 404
-    if endpoint.addresses_a_webhook and caller == "foreign":
+    if (endpoint.addresses_a_webhook or endpoint.addresses_a_connector) and caller == "foreign":
         return 404
     if endpoint.addresses_a_note and caller == "manager":
         return 403   # the note is its lead's owner's (the agent's): only the author or an admin changes it
@@ -157,6 +167,7 @@ class World:
     other_ws: Tenant
     leads: dict[str, dict]           # target -> the lead document as its owner's admin sees it
     webhook: dict | None = None      # the webhook a row addresses, with a delivery of it
+    connector: dict | None = None    # the connector a row addresses, with a rejected intake of it
 
     def headers(self, caller: str, endpoint: Endpoint) -> dict[str, str]:
         if caller in ROLE_EMAILS:
@@ -175,12 +186,14 @@ class World:
 def tenants(database_url) -> tuple[Tenant, Tenant]:
     """Two workspaces for the whole module (their tokens are cached): the matrix has many rows."""
     database.initialize(make_database(database_url))
-    return tuple(Tenant(apply_setup(parse_setup(with_lost_reasons(standard_setup(f"Matrix {uuid.uuid4().hex[:10]}")))))
+    return tuple(Tenant(apply_setup(parse_setup(with_lost_reasons(standard_setup(f"Matrix {uuid.uuid4().hex[:10]}"))),
+                                    WEBHOOK_SECRET_KEY))
                  for _ in range(2))
 
 
 def with_lost_reasons(data: dict) -> dict:
-    """Reference data of every kind, lost reasons too (moves in the matrix never go to Lost)."""
+    """Reference data of every kind, lost reasons and connectors too (moves in the matrix never go to Lost)."""
+    with_connectors(data)
     return {**data, "lost_reasons": [{"name": "Budget"}, {"name": "Timing"}]}
 
 
@@ -214,7 +227,15 @@ def world(request, client, tenants) -> World:
         webhook = client.post("/api/v1/webhooks", json={"url": MATRIX_HOOK, "events": ["webhook.test"]},
                               headers=admin).json["data"]
         webhook["delivery"] = client.post(f"/api/v1/webhooks/{webhook['id']}/test", headers=admin).json["data"]["id"]
-    return World(ws, other_ws, leads, webhook)
+    connector = None
+    if endpoint is not None and endpoint.addresses_a_connector:
+        # A fresh key each time (a row rotates it), and a rejected intake (a landline) to retry.
+        connector = dict(ws.ids.connectors["IndiaMART"])
+        _, key = rotate_key(Connector.get(Connector.public_id == connector["id"]), WEBHOOK_SECRET_KEY)
+        body = intake_fixture("indiamart_push")
+        body["RESPONSE"].update(UNIQUE_QUERY_ID=uuid.uuid4().hex, SENDER_MOBILE="+91-11-23456789")
+        connector["intake"] = client.post(f"{connector['url']}/{key}", json=body).json["data"]["intakes"][0]
+    return World(ws, other_ws, leads, webhook, connector)
 
 
 @pytest.mark.parametrize("endpoint, caller, target", list(cases()))
@@ -224,6 +245,8 @@ def test_scope_matrix(client, world, endpoint, caller, target):
             .replace("{task}", lead.get("task", "")) if lead else endpoint.path)
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
+    if world.connector:
+        path = path.replace("{connector}", world.connector["id"]).replace("{intake}", world.connector["intake"])
     headers = world.headers(caller, endpoint)
     body = endpoint.body(world.ws) if endpoint.body else None
     response = client.open(path, method=endpoint.method, json=body, headers=headers)
@@ -297,8 +320,11 @@ def all_ids(tenant: Tenant) -> set[str]:
             *ids.sources.values(), *ids.custom_fields.values(), *ids.lost_reasons.values()}
 
 
-# Routes open to anyone, on purpose: a web form's submissions and the published contract.
-PUBLIC_ROUTES = {("POST", "/api/v1/forms/{}/submissions"), ("GET", "/api/v1/openapi.json")}
+# Routes open to anyone, on purpose: a web form's submissions, the published contract, and what
+# senders post to connectors (each checks its sender; foreign ids: tests/test_intake.py).
+PUBLIC_ROUTES = {("POST", "/api/v1/forms/{}/submissions"), ("GET", "/api/v1/openapi.json"),
+                 ("GET", "/api/v1/intake/{}"), ("POST", "/api/v1/intake/{}"), ("GET", "/api/v1/intake/{}/{}"),
+                 ("POST", "/api/v1/intake/{}/{}")}
 
 
 def test_every_api_route_is_in_the_matrix_or_public(app):

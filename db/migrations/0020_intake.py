@@ -5,7 +5,8 @@
 - intake: one payload a connector received, its sender's id (unique per connector), outcome,
   lead, problems and raw payload, and a queued fetch's attempts (Meta's Graph API);
 - lead.channel, lead.connector, lead.attribution and lead.campaign;
-- actor_connector on every history table: a connector is the actor of what it creates.
+- actor_connector on every history table: a connector is the actor of what it creates;
+- consent.connector: a connector with a notice_version records its leads' consent, as a form does.
 
 The lead's new columns are nullable or have DDL defaults, so SQLite adds them without rebuilding
 the table and bulk loaders that do not name them keep working. Existing leads are counted as
@@ -80,7 +81,10 @@ def up(migrator, db):
     Intake.add_index(Intake.index(Intake.lead, where=Intake.lead.is_null(False), name='intake_lead_id'))
     Intake.add_index(Intake.index(Intake.next_attempt_at, where=Intake.next_attempt_at.is_null(False),
                                   name='intake_due'))
-    Intake.add_index(Intake.index(Intake.received_at, where=Intake.payload.is_null(False),
+    # What the 30-day cut reads: the payloads still kept of created and duplicate intakes, oldest
+    # first per connector (rejected, test and pending ones keep theirs, and stay out of it).
+    Intake.add_index(Intake.index(Intake.connector, Intake.received_at,
+                                  where=Intake.payload.is_null(False) & Intake.outcome.in_(['created', 'duplicate']),
                                   name='intake_payload_kept'))
     db.create_tables([Connector, Intake])
 
@@ -88,13 +92,15 @@ def up(migrator, db):
     db.execute_sql('ALTER TABLE "lead" ADD COLUMN "connector_id" INTEGER REFERENCES "connector" ("id")')
     db.execute_sql(f'ALTER TABLE "lead" ADD COLUMN "attribution" {json}')
     db.execute_sql('ALTER TABLE "lead" ADD COLUMN "campaign" VARCHAR(200)')
-    for table in ('transition', 'activity', 'note', 'audit_entry', 'task'):
-        db.execute_sql(f'ALTER TABLE "{table}" ADD COLUMN "actor_connector_id" INTEGER REFERENCES "connector" ("id")')
+    for table in ('transition', 'activity', 'note', 'audit_entry', 'task', 'consent'):
+        column = 'connector_id' if table == 'consent' else 'actor_connector_id'
+        db.execute_sql(f'ALTER TABLE "{table}" ADD COLUMN "{column}" INTEGER REFERENCES "connector" ("id")')
 
 
 def down(migrator, db):
     for table in ('transition', 'activity', 'note', 'audit_entry', 'task'):
         migrator.migrate(migrator.drop_column(table, 'actor_connector_id'))
+    migrator.migrate(migrator.drop_column('consent', 'connector_id'))
     migrator.migrate(*(migrator.drop_column('lead', column)
                        for column in ('channel', 'connector_id', 'attribution', 'campaign')))
     db.execute_sql('DROP TABLE IF EXISTS "intake"')
