@@ -4,10 +4,10 @@ Erasure anonymises the lead in place, in one transaction: its contact, its perso
 its notes' bodies, its activities' summaries and data, its tasks' titles, notes and outcomes, its
 transitions' notes, its consents' client addresses and the raw payloads its connectors received are
 cleared, and its audit entries keep who changed which field when with "[erased]" for the personal
-values. Status, owner, team, source,
-score, transitions and times stay, so reports come out the same. Search (name parts, reversed
-phone), duplicate detection (phone and e-mail are null) and recorded idempotent responses lose it
-too; the deliveries log drops the receivers' answers to its events.
+values. Status, owner, team, source, score, transitions and times stay, so reports come out the
+same. Search (name parts, reversed phone), duplicate detection (phone and e-mail are null) and
+recorded idempotent responses lose it too; the deliveries log drops the receivers' answers to its
+events.
 """
 
 from __future__ import annotations

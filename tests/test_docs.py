@@ -122,10 +122,11 @@ def test_openapi_is_3_1_with_the_bearer_scheme_required_by_default(spec):
     assert spec["security"] == [{"bearerAuth": []}]
 
 
-PUBLIC_PATHS = {"/healthz", "/readyz", "/forms/{form_id}", "/api/v1/forms/{form_id}/submissions"}
+PUBLIC_PATHS = {"/healthz", "/readyz", "/forms/{form_id}", "/api/v1/forms/{form_id}/submissions",
+                "/api/v1/intake/{conn_id}", "/api/v1/intake/{conn_id}/{key}"}
 
 
-def test_probes_and_web_forms_are_the_only_public_operations(spec):
+def test_probes_web_forms_and_intake_are_the_only_public_operations(spec):
     for path in ("/healthz", "/readyz"):
         assert spec["paths"][path]["get"]["security"] == []
     public = {path for path, _, operation in operations(spec) if operation.get("security") == []}

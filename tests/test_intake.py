@@ -115,7 +115,8 @@ def test_a_retried_payload_answers_its_intake_and_creates_nothing(client, cws):
     assert leads_with(cws, column(body, "PHONE_NUMBER")) == 1
 
 
-@pytest.mark.parametrize("wrong", ["key", "no_key", "unknown_id", "malformed_id", "other_workspace", "not_json"])
+@pytest.mark.parametrize("wrong", ["key", "no_key", "surrogate_key", "unknown_id", "malformed_id", "other_workspace",
+                                   "not_json"])
 def test_a_wrong_key_or_connector_is_the_same_403_and_stores_nothing(client, cws, make_workspace, wrong):
     google = conn(cws, "Google Ads - Villas")
     other = conn(make_workspace(with_connectors), "Google Ads - Villas")
@@ -124,6 +125,8 @@ def test_a_wrong_key_or_connector_is_the_same_403_and_stores_nothing(client, cws
         body["google_key"] = conn(cws, "IndiaMART")["key"]
     elif wrong == "no_key":
         del body["google_key"]
+    elif wrong == "surrogate_key":   # JSON may spell a lone surrogate, which UTF-8 cannot encode
+        body["google_key"] = "\ud800"
     elif wrong == "unknown_id":
         url = "/api/v1/intake/conn_" + "A" * 22
     elif wrong == "malformed_id":

@@ -10,7 +10,6 @@ connector hammered leaves the others their budget.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 from typing import Any
@@ -27,6 +26,7 @@ from ..extensions import Blueprint, check_storable, parse_json_body
 from ..models import Connector, public_id_pattern
 from ..problems import PROBLEM_MIMETYPE, Forbidden, ValidationFailed
 from . import SENDERS, generic, google_ads, meta, queue, take
+from .mapping import same_key
 
 log = logging.getLogger("leadsvc.intake")
 
@@ -208,6 +208,6 @@ class IntakeWithKey(MethodView):
     def checked_connector(conn_id: str, key: str) -> Connector:
         """The connector, if the key in the path is its key (compared in constant time)."""
         connector = find(conn_id)
-        if connector.kind not in KEY_IN_PATH or not hmac.compare_digest(key.encode(), key_of(connector).encode()):
+        if connector.kind not in KEY_IN_PATH or not same_key(key, key_of(connector)):
             raise refuse()
         return connector

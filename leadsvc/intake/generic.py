@@ -5,14 +5,13 @@ sender's id is."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Any, Mapping
 
 from standardwebhooks import Webhook as Verifier
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from ..auth import bearer_secret
-from .mapping import ATTRIBUTION_KEYS, CONTACT_TARGETS, Mapped, contact, external_id, resolve, text
+from .mapping import ATTRIBUTION_KEYS, CONTACT_TARGETS, Mapped, contact, external_id, resolve, same_key, text
 
 CUSTOM_PREFIX, ATTRIBUTION_PREFIX = "custom_fields.", "attribution."
 TARGETS = (*CONTACT_TARGETS, "estimated_value")   # and custom_fields.<name>, attribution.<key>
@@ -28,7 +27,7 @@ def verified(body: bytes, headers: Mapping[str, str], key: str) -> bool:
             return False
         return True
     sent = bearer_secret(headers.get("Authorization") or "")
-    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
+    return sent is not None and same_key(sent, key)
 
 
 def target_problem(target: str) -> str | None:

@@ -3,10 +3,9 @@ gave it (`google_key`) inside the body, and a test lead marked `is_test`."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Any, Mapping
 
-from .mapping import Mapped, attribution, contact, custom_fields, external_id
+from .mapping import Mapped, attribution, external_id, form_answers, same_key
 
 # Google's column ids of the contact; other columns go to the custom fields the connector maps.
 CONTACT_COLUMNS = {"FULL_NAME": "full_name", "FIRST_NAME": "first_name", "LAST_NAME": "last_name",
@@ -16,7 +15,7 @@ CONTACT_COLUMNS = {"FULL_NAME": "full_name", "FIRST_NAME": "first_name", "LAST_N
 def verified(payload: Any, key: str) -> bool:
     """Whether the body carries the connector's key as google_key (compared in constant time)."""
     sent = payload.get("google_key") if isinstance(payload, dict) else None
-    return isinstance(sent, str) and hmac.compare_digest(sent.encode(), key.encode())
+    return isinstance(sent, str) and same_key(sent, key)
 
 
 def columns(payload: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -28,11 +27,7 @@ def columns(payload: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 def lead(payload: Mapping[str, Any], settings: Mapping[str, Any]) -> Mapped:
     """A Google lead form webhook body as a lead."""
-    answers = columns(payload)
-    fields = contact({CONTACT_COLUMNS[column]: value for column, value in answers if column in CONTACT_COLUMNS})
-    if custom := custom_fields(answers, settings.get("custom_fields") or {}):
-        fields["custom_fields"] = custom
-    return Mapped(external_id(payload.get("lead_id")), fields,
+    return Mapped(external_id(payload.get("lead_id")), form_answers(columns(payload), CONTACT_COLUMNS, settings),
                   attribution(campaign_id=payload.get("campaign_id"), adgroup_id=payload.get("adgroup_id"),
                               ad_id=payload.get("creative_id"), form_id=payload.get("form_id"),
                               gclid=payload.get("gcl_id")),

@@ -4,6 +4,7 @@ RFC 6901 JSON pointers (the generic connector's map)."""
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -16,6 +17,12 @@ ATTRIBUTION_KEYS = ("campaign_id", "adgroup_id", "ad_id", "form_id", "gclid", "f
 ATTRIBUTION_LENGTH = 200   # characters of one attribution value (lead.campaign's width)
 EXTERNAL_ID_LENGTH = 200   # intake.external_id's width
 CONTACT_TARGETS = ("first_name", "last_name", "full_name", "phone", "email")
+
+
+def same_key(sent: str, key: str) -> bool:
+    """Whether a sender sent the connector's key, compared in constant time (text from JSON may
+    hold lone surrogates, which plain UTF-8 cannot encode)."""
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), key.encode())
 
 
 @dataclass
@@ -79,6 +86,17 @@ def custom_fields(columns: Iterable[tuple[str, Any]], wanted: Mapping[str, str])
         if name is not None and (value := text(value)) is not None:
             found[name] = value
     return found
+
+
+def form_answers(answers: list[tuple[str, Any]], contact_names: Mapping[str, str],
+                 settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Create-body fields from a lead form's answers, (question, value): the questions
+    `contact_names` names fill the contact, those the connector's custom_fields maps its custom
+    fields (Google's columns, Meta's field_data)."""
+    fields = contact({contact_names[name]: value for name, value in answers if name in contact_names})
+    if custom := custom_fields(answers, settings.get("custom_fields") or {}):
+        fields["custom_fields"] = custom
+    return fields
 
 
 # --- RFC 6901 ---------------------------------------------------------------------------------

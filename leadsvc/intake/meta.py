@@ -10,7 +10,7 @@ import hashlib
 import hmac
 from typing import Any, Mapping
 
-from .mapping import Mapped, attribution, contact, custom_fields, external_id
+from .mapping import Mapped, attribution, external_id, form_answers, same_key
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 CONTACT_FIELDS = {"full_name": "full_name", "first_name": "first_name", "last_name": "last_name",
@@ -23,7 +23,7 @@ def challenge(args: Mapping[str, str], key: str) -> str | None:
     token, answer = args.get("hub.verify_token"), args.get("hub.challenge")
     if args.get("hub.mode") != "subscribe" or token is None or answer is None:
         return None
-    if not hmac.compare_digest(token.encode(), key.encode()):
+    if not same_key(token, key):
         return None
     if not 0 < len(answer) <= MAX_CHALLENGE or not answer.isprintable():
         return None
@@ -71,10 +71,6 @@ def fetched(payload: Any) -> bool:
 
 def lead(lead_data: Mapping[str, Any], settings: Mapping[str, Any]) -> Mapped:
     """A lead as the Graph API answers GET /{leadgen_id}?fields=field_data,... (its `id` is the leadgen id)."""
-    given = answers(lead_data)
-    fields = contact({CONTACT_FIELDS[name]: value for name, value in given if name in CONTACT_FIELDS})
-    if custom := custom_fields(given, settings.get("custom_fields") or {}):
-        fields["custom_fields"] = custom
-    return Mapped(external_id(lead_data.get("id")), fields,
+    return Mapped(external_id(lead_data.get("id")), form_answers(answers(lead_data), CONTACT_FIELDS, settings),
                   attribution(campaign_id=lead_data.get("campaign_id"), adgroup_id=lead_data.get("adset_id"),
                               ad_id=lead_data.get("ad_id"), form_id=lead_data.get("form_id")))
