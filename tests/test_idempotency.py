@@ -176,7 +176,9 @@ def test_expired_keys_are_purged_faster_than_new_keys_are_written_at_any_rate(cl
 
 def test_the_key_is_documented_on_every_post(app):
     spec = app.extensions["leadsvc.api"].spec.to_dict()
-    posts = [(path, ops["post"]) for path, ops in spec["paths"].items() if "post" in ops]
+    # A sender's POST to a connector is taken once per the sender's own id instead (test_intake.py).
+    posts = [(path, ops["post"]) for path, ops in spec["paths"].items() if "post" in ops
+             and not path.startswith("/api/v1/intake/")]
     assert posts
     for path, operation in posts:
         refs = [p.get("$ref") for p in operation["parameters"]]
