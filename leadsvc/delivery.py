@@ -402,10 +402,6 @@ class Deliverer:
             else:
                 self.quick.discard(where)
 
-    def record(self, item: Claimed, answer: Answer) -> str | None:
-        """The attempt's outcome (its kind's record)."""
-        return item.kind.record(item, answer)
-
 
 def share_out(candidates: list[tuple], holding: collections.Counter, limit: int, per_workspace: int,
               per_host: int) -> dict[tuple, tuple]:

@@ -124,15 +124,16 @@ def start(connector_id: int, due: datetime, now: datetime, settings: dict):
 def run(connector_id: int, now: datetime, lease: datetime, settings: Mapping[str, Any]) -> None:
     """One pull: ask IndiaMART for the window, take its records, and record how it went."""
     connector = Connector.get_or_none((Connector.id == connector_id) & (Connector.pull_after == lease))
-    if connector is None:   # deleted, or claimed again meanwhile
+    if connector is None or not pulls(connector):   # deleted, claimed again, or no longer pulled (setup)
         return
     interval = timedelta(seconds=settings["connectors"]["indiamart_interval"])
     start_at, end_at = window(connector, now)
     name = connector.settings["crm_key_env"]
     key = os.environ.get(name, "")
     if not key:
-        return finish(connector, lease, now + interval, error=f"The environment variable {name} (crm_key_env) is "
-                                                              "not set: IndiaMART cannot be pulled.")
+        finish(connector, lease, now + interval,
+               error=f"The environment variable {name} (crm_key_env) is not set: IndiaMART cannot be pulled.")
+        return
     sender = Sender(operator_settings(settings["webhooks"]["timeout"]))
     try:
         answer = sender.get(listing_url(settings["connectors"]["indiamart_url"], key, start_at, end_at),
