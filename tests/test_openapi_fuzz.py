@@ -21,6 +21,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from conftest import intake_fixture, with_connectors
+
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 PUBLIC_ID = re.compile(r"^(ld|src|st|mem|team|cf)_[0-9A-Za-z]{16,40}$")
@@ -28,6 +30,7 @@ PUBLIC_ID = re.compile(r"^(ld|src|st|mem|team|cf)_[0-9A-Za-z]{16,40}$")
 
 def with_form(data):
     data["forms"] = [{"name": "Enquiry", "source": "Website"}]
+    with_connectors(data)
 
 
 @pytest.fixture
@@ -42,7 +45,8 @@ def api_schema(app, ws, real_ids, monkeypatch):
                         "CONTRACT_FORM": ws.ids.forms["Enquiry"], "CONTRACT_STATUS": ws.ids.statuses["Contacted"],
                         "CONTRACT_WEBHOOK": real_ids["webhook"][0], "CONTRACT_SPARE_WEBHOOK": real_ids["webhook"][1],
                         "CONTRACT_DELIVERY": real_ids["delivery"][0], "CONTRACT_NOTE": real_ids["note"][0],
-                        "CONTRACT_SPARE_NOTE": real_ids["note"][1], "CONTRACT_TASK": real_ids["task"][0]}.items():
+                        "CONTRACT_SPARE_NOTE": real_ids["note"][1], "CONTRACT_TASK": real_ids["task"][0],
+                        "CONTRACT_CONNECTOR": real_ids["connector"][0], "CONTRACT_INTAKE": real_ids["intake"][0]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -60,8 +64,12 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     task = client.post(f"/api/v1/leads/{leads[0]}/tasks", json={"kind": "call", "title": "Fuzz",
                                                                  "due_at": "2030-01-01T10:00:00Z"},
                        headers=ws.headers()).json["data"]["id"]
+    indiamart = ws.ids.connectors["IndiaMART"]
+    landline = intake_fixture("indiamart_push")
+    landline["RESPONSE"]["SENDER_MOBILE"] = "+91-11-23456789"   # a rejected intake, which a retry runs again
+    intake = client.post(f"{indiamart['url']}/{indiamart['key']}", json=landline).json["data"]["intakes"][0]
     ids = ws.ids
-    return {"ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
+    return {"connector": [indiamart["id"]], "intake": [intake], "ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
             "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery],
             "note": notes, "task": [task]}

@@ -39,7 +39,7 @@ def served_demo(tmp_path):
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
-    webhook and one of its deliveries, two notes and a task."""
+    webhook and one of its deliveries, two notes, a task, and a connector's and an intake's ids."""
     headers = bearer(token)
     reply = call(base, "POST", "/api/v1/leads", headers=headers,
                  json_body={"first_name": "Live", "email": "live@contract.test"})
@@ -59,7 +59,9 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
             "CONTRACT_STATUS": next(s["id"] for s in statuses if s["name"] == "Contacted"),
             "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],
             "CONTRACT_DELIVERY": delivery["id"], "CONTRACT_NOTE": note["data"]["id"],
-            "CONTRACT_SPARE_NOTE": spare_note["data"]["id"], "CONTRACT_TASK": task["data"]["id"]}
+            "CONTRACT_SPARE_NOTE": spare_note["data"]["id"], "CONTRACT_TASK": task["data"]["id"],
+            # The demo has no connector: well-formed ids reach the routes' checks, and answer 404.
+            "CONTRACT_CONNECTOR": "conn_" + "0" * 22, "CONTRACT_INTAKE": "in_" + "0" * 22}
 
 
 @pytest.mark.slow
