@@ -11,6 +11,11 @@ A Clock runs in `leadsvc serve` (a background thread, unless clock.in_serve is f
 batches, one transaction per batch (PostgreSQL: FOR UPDATE SKIP LOCKED, so processes share a
 backlog; SQLite: the write lock), each timer in a savepoint of it, so that a function that raises
 undoes only its own timer, which is tried again RETRY later.
+
+A function whose work must not hold the transaction (a request to an outside service, as
+IndiaMART's pull) returns a follow-up instead: the clock calls it after the batch commits, outside
+any transaction, on the clock's thread, so it bounds its own time. The function arms its timer
+again before returning it, so that a follow-up a process never finished runs again then.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ log = logging.getLogger("leadsvc.clock")
 
 # fire(subject, due, now, settings): the id of the row the timer is about, the time it was armed
 # for, the tick's time (later than `due` after downtime or a retry), and the running settings
-# (what a request would read from its app, such as the reference data's).
-Handler = Callable[[int, datetime, datetime, dict], None]
+# (what a request would read from its app, such as the reference data's). It returns None, or a
+# follow-up to call after the commit.
+Handler = Callable[[int, datetime, datetime, dict], "Callable[[], None] | None"]
 HANDLERS: dict[str, Handler] = {}
 
 # Timers one transaction fires: enough that a backlog costs few commits, few enough that the
@@ -180,18 +186,28 @@ class Clock:
         if is_postgres():   # another process's batch is left to it
             due = due.for_update(skip_locked=True)
         outcomes: collections.Counter = collections.Counter()
+        follow_ups: list[tuple[Timer, Callable[[], None]]] = []
         with transaction():
             taken = list(due)
             for row in taken:
-                outcomes[row.kind, self.fire(row, now)] += 1
+                fired, follow_up = self.fire(row, now)
+                outcomes[row.kind, fired] += 1
+                if follow_up is not None:
+                    follow_ups.append((row, follow_up))
         if self.metrics is not None:
             for (kind, fired), count in outcomes.items():
                 self.metrics.timers_fired(kind, "fired" if fired else "failed", count)
+        for row, follow_up in follow_ups:
+            try:
+                follow_up()
+            except Exception:   # its timer, armed again by its function, runs it again then
+                log.exception("the follow-up of timer %s of subject %d failed", row.kind, row.subject)
         return len(taken), sum(count for (_, fired), count in outcomes.items() if fired)
 
-    def fire(self, row: Timer, now: datetime) -> bool:
+    def fire(self, row: Timer, now: datetime) -> tuple[bool, Callable[[], None] | None]:
         """Delete one timer and call its function, in a savepoint of the batch's transaction;
-        if the function raises, undo both and try it again later."""
+        if the function raises, undo both and try it again later. Whether it fired, and the
+        follow-up it returned."""
         handler = HANDLERS.get(row.kind)
         if handler is None:   # a kind of another version of leadsvc, or of code not loaded here
             log.warning("no function fires timers of kind %r in this process; timer %d tried again later",
@@ -200,10 +216,10 @@ class Clock:
             try:
                 with transaction():   # nested: a savepoint
                     Timer.delete().where(Timer.id == row.id).execute()
-                    handler(row.subject, row.due_at, now, self.settings)
-                return True
+                    follow_up = handler(row.subject, row.due_at, now, self.settings)
+                return True, follow_up
             except Exception:
                 log.exception("timer %s of subject %d (due %s) failed; tried again later",
                               row.kind, row.subject, row.due_at.isoformat())
         Timer.update(fire_at=now + RETRY).where(Timer.id == row.id).execute()
-        return False
+        return False, None

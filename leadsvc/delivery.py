@@ -11,7 +11,11 @@ each for at most webhooks.timeout, unless their receivers answer quickly and slo
 attempt number. A process that dies mid-attempt leaves the claim to lapse, and the delivery is
 sent again (at least once).
 
-Where an attempt may go, and the HTTP request itself, are outbound.py's.
+Where an attempt may go, and the HTTP request itself, are outbound.py's. The same machine runs
+other outbound jobs kept in the database the same way (a `kind` of job: a row due at its
+`next_attempt_at`, attempts that fence what is recorded): Meta's intakes waiting for their lead
+from the Graph API are one (intake/fetch.py). The retry SCHEDULE, the caps and the sender pool
+are shared.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from urllib.parse import urlsplit
 from . import events
 from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
 from .models import Delivery, Event, Webhook, utcnow
-from .outbound import Answer, Sender
+from .outbound import Answer, Sender, operator_settings
 
 log = logging.getLogger("leadsvc.delivery")
 
@@ -63,21 +67,22 @@ def next_delay(failures: int, answer: Answer, rng: Callable[[], float]) -> float
     return SCHEDULE[failures - 1] * (1 + JITTER * (2 * rng() - 1))
 
 
-# --- the deliverer ---------------------------------------------------------------------------
+# --- the kinds of job ------------------------------------------------------------------------
 
 @dataclass
 class Claimed:
-    """A delivery leased for one attempt: its attempt number and lease end fence what is recorded."""
+    """A job leased for one attempt: its attempt number and lease end fence what is recorded."""
 
-    delivery: Delivery
+    job: Any            # the row the attempt is about (a Delivery, an Intake), as its kind loaded it
     attempt: int
     lease_until: datetime
     holds: tuple = ()   # the workspace and destination whose sender slots the attempt counts against
+    kind: "Jobs | None" = None
 
 
 def destination(url: str) -> tuple[str, ...]:
-    """Where a webhook's attempts go, for the per-host cap: host and port (a URL that does not
-    parse is its own destination; its attempt fails at once)."""
+    """Where a URL's requests go, for the per-host cap: host and port (a URL that does not parse
+    is its own destination; its attempt fails at once)."""
     try:
         parts = urlsplit(url)
         return ("host", (parts.hostname or "").lower(), str(parts.port or (443 if parts.scheme == "https" else 80)))
@@ -85,25 +90,176 @@ def destination(url: str) -> tuple[str, ...]:
         return ("host", url)
 
 
+class Jobs:
+    """One kind of job the deliverer claims: rows due at their `next_attempt_at`, each attempt an
+    outbound request. A kind says which are due, leases and loads them, makes one attempt and
+    records it; the deliverer shares the sender slots out among every kind's due jobs, oldest first."""
+
+    def __init__(self, deliverer: "Deliverer"):
+        self.deliverer = deliverer
+
+    def due(self, now: datetime, rows: int, full_workspaces: list[int], holding: collections.Counter,
+            leaving: list[int]) -> list[tuple]:
+        """Up to `rows` of the oldest due jobs, none of a full workspace or destination nor in
+        `leaving`, as (id, workspace id, destination, due at), in the claim's transaction."""
+        raise NotImplementedError
+
+    def lease(self, ids: list[int], now: datetime, lease_until: datetime) -> list[tuple[int, int]]:
+        """Lease these jobs (those still due) for one attempt each: (id, attempt number)."""
+        raise NotImplementedError
+
+    def load(self, ids: list[int]) -> list[Any]:
+        """The leased rows, with what their attempts need."""
+        raise NotImplementedError
+
+    def attempt(self, item: Claimed) -> Answer:
+        """Make one attempt's request."""
+        raise NotImplementedError
+
+    def record(self, item: Claimed, answer: Answer) -> str | None:
+        """The attempt's outcome, in its own transaction, fenced by the attempt and lease; None if
+        the job moved on meanwhile."""
+        raise NotImplementedError
+
+    def name(self, item: Claimed) -> str:
+        """The job, for the log."""
+        return item.job.public_id
+
+
+KINDS: list[type[Jobs]] = []
+
+
+def kind(cls: type[Jobs]) -> type[Jobs]:
+    """Register a kind of job that every Deliverer claims (as clock.timer registers a timer's function)."""
+    if cls not in KINDS:
+        KINDS.append(cls)
+    return cls
+
+
+@kind
+class WebhookDeliveries(Jobs):
+    """Events to webhooks: signed POSTs, disabling an endpoint that fails for days (section 14)."""
+
+    def __init__(self, deliverer: "Deliverer"):
+        super().__init__(deliverer)
+        # The destinations of the webhooks claims have seen, so that a full destination's webhooks
+        # are left out of the next claim's read.
+        self.destinations: dict[int, tuple] = {}
+
+    def due(self, now, rows, full_workspaces, holding, leaving):
+        per_host = self.deliverer.settings["per_host"]
+        full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
+        query = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url, Delivery.next_attempt_at)
+                 .join(Webhook)
+                 .where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
+                        & Webhook.id.not_in(full_hooks) & Delivery.id.not_in(leaving))
+                 .order_by(Delivery.next_attempt_at).limit(rows))
+        if is_postgres():   # another process's claim is left to it
+            query = query.for_update(of=Delivery, skip_locked=True)
+        found = list(query.tuples())
+        if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
+            self.destinations.clear()
+            self.deliverer.forget_quick()
+        self.destinations.update((hook, destination(url)) for _, hook, _, url, _ in found)
+        return [(delivery_id, workspace, self.destinations[hook], due) for delivery_id, hook, workspace, _, due in found]
+
+    def lease(self, ids, now, lease_until):
+        return list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
+                    .where(Delivery.id.in_(ids) & (Delivery.next_attempt_at <= now))
+                    .returning(Delivery.id, Delivery.attempts).tuples().execute())
+
+    def load(self, ids):
+        return list(Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
+                    .where(Delivery.id.in_(ids)))
+
+    def attempt(self, item):
+        hook, event = item.job.webhook, item.job.event
+        deliverer = self.deliverer
+        now = deliverer.clock()
+        try:
+            signing = events.signing_secrets(hook, deliverer.settings["secret_key"], now)
+        except events.SecretKeyMissing as exc:
+            return Answer(error=str(exc))
+        headers = {**events.signed_headers(event.public_id, event.body, signing, now),
+                   "Content-Type": "application/json", "User-Agent": deliverer.user_agent}
+        return deliverer.sender.post(hook.url, event.body.encode(), headers)
+
+    def record(self, item, answer):
+        deliverer = self.deliverer
+        now = deliverer.clock()
+        ok = answer.status is not None and 200 <= answer.status < 300
+        disabled = None
+        with transaction():
+            # The webhook before its delivery, in the order every webhook write locks them (lock_webhook).
+            hook = for_update(Webhook.select().where(Webhook.id == item.job.webhook_id), NO_KEY_UPDATE).first()
+            delivery = None if hook is None else for_update(Delivery.select().where(
+                (Delivery.id == item.job.id) & (Delivery.attempts == item.attempt)
+                & (Delivery.next_attempt_at == item.lease_until))).first()
+            if delivery is None:
+                return None
+            delivery.last_status, delivery.last_error = answer.status, answer.error
+            # An erasure that cut the event while this attempt ran cleared the log: the answer
+            # to the body sent before it may echo the person's data, so it is not kept.
+            sent = item.job.event
+            cut = answer.body and Event.select().where((Event.id == sent.id) & (Event.body != sent.body)).exists()
+            delivery.last_response = None if cut else answer.body
+            delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
+            if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled
+                delivery.state, delivery.next_attempt_at = "dead", None
+            elif ok:
+                delivery.state, delivery.next_attempt_at = "succeeded", None
+                if hook.failing_since is not None:
+                    Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()
+            elif answer.status == 410:
+                delivery.state, delivery.next_attempt_at = "dead", None
+                disabled = disable(hook, "The endpoint answered 410 Gone.")
+            else:
+                delivery.failures += 1
+                delay = next_delay(delivery.failures, answer, deliverer.rng)
+                if delay is None:
+                    delivery.state, delivery.next_attempt_at = "dead", None
+                else:
+                    delivery.state, delivery.next_attempt_at = "failed", now + timedelta(seconds=delay)
+                failing_since = hook.failing_since or now
+                if hook.failing_since is None:
+                    Webhook.update(failing_since=now).where(Webhook.id == hook.id).execute()
+                if now - failing_since >= DISABLE_AFTER:
+                    delivery.state, delivery.next_attempt_at = "dead", None
+                    disabled = disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} "
+                                             f"UTC (last: {describe(answer)}).")
+            delivery.save()
+        if not ok:
+            warn_failed(item, answer, delivery.state, disabled)
+        if deliverer.metrics is not None:
+            lag = (utcnow() - item.job.event.created_at).total_seconds() if ok else None
+            deliverer.metrics.delivery(delivery.state, lag)
+        return delivery.state
+
+
+# --- the deliverer ---------------------------------------------------------------------------
+
 class Deliverer:
-    """Claims due deliveries and sends them on SENDERS threads until stopped."""
+    """Claims due jobs of every kind (webhook deliveries, intake fetches) and attempts them on
+    SENDERS threads until stopped."""
 
     def __init__(self, settings: dict[str, Any], *, version: str, metrics: Any = None,
                  clock: Callable[[], datetime] = utcnow, rng: Callable[[], float] = random.random):
+        self.config = settings
         self.settings = settings["webhooks"]
         self.metrics = metrics
         self.clock, self.rng = clock, rng
         self.user_agent = USER_AGENT.format(version=version)
         self.sender = Sender(self.settings)
+        # The services the operator configured (connectors.*), not held to the webhook URLs' rules.
+        self.operator_sender = Sender(operator_settings(self.settings["timeout"]))
         self.senders = SENDERS
-        # An attempt's claim outlasts anything it can take (its time, the watchdog's tick, the lookup).
+        # An attempt's claim outlasts anything it can take (its time, the watchdog's tick, the
+        # lookup, recording what came of it).
         self.lease = timedelta(seconds=self.settings["timeout"] + 30)
-        # Sender slots each workspace and each destination holds (attempts under way), and the
-        # destinations of the webhooks claims have seen, so that a full destination's webhooks are
-        # left out of the next claim's read.
+        # Sender slots each workspace and each destination holds (attempts under way).
         self.holding: collections.Counter = collections.Counter()
-        self.destinations: dict[int, tuple] = {}
         self.quick: set[tuple] = set()   # destinations whose last answer came within QUICK_ANSWER
+        self.kinds = [each(self) for each in KINDS]
         self.poll = POLL_SECONDS
         self.stopping = threading.Event()
         self.slot_freed = threading.Event()
@@ -130,10 +286,11 @@ class Deliverer:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         self.sender.close()
+        self.operator_sender.close()
 
     def run(self) -> None:
         """Claim and hand out work until stopped: at once after a commit in this process wrote
-        deliveries, else every poll interval (deliveries written by other processes)."""
+        jobs, else every poll interval (jobs written by other processes)."""
         while not self.stopping.is_set():
             with self.lock:
                 free = self.senders - self.in_flight
@@ -154,8 +311,8 @@ class Deliverer:
     def _attempt_in_slot(self, item: Claimed) -> None:
         try:
             self.attempt(item)
-        except Exception:   # the claim lapses and the delivery is tried again; the thread lives on
-            log.exception("delivery %s: recording the attempt failed", item.delivery.public_id)
+        except Exception:   # the claim lapses and the job is tried again; the thread lives on
+            log.exception("%s: recording the attempt failed", item.kind.name(item))
         finally:
             release_connection()
             with self.lock:
@@ -164,7 +321,7 @@ class Deliverer:
                 self.holding += collections.Counter()   # drops what no attempt holds any more
             self.slot_freed.set()
             # A claim that the caps held back (one workspace's backlog) may take its next due
-            # delivery now, not a poll interval later.
+            # job now, not a poll interval later.
             events.work_waiting.set()
 
     def _claim_safely(self, limit: int) -> list[Claimed]:
@@ -181,7 +338,7 @@ class Deliverer:
     # -- one step at a time (also what tests drive, with their own clock)
 
     def deliver_due(self) -> int:
-        """Send every delivery due now, in this thread; how many attempts were made."""
+        """Attempt every job due now, in this thread; how many attempts were made."""
         made = 0
         while claimed := self.claim(self.senders):
             for item in claimed:
@@ -190,9 +347,9 @@ class Deliverer:
         return made
 
     def claim(self, limit: int) -> list[Claimed]:
-        """Up to `limit` due deliveries, each leased to this process for one attempt: oldest first,
-        but none of a workspace or destination that holds its share of the sender slots; then
-        slots to spare, past the caps, to destinations that answer quickly."""
+        """Up to `limit` due jobs, each leased to this process for one attempt: oldest first, but
+        none of a workspace or destination that holds its share of the sender slots; then slots
+        to spare, past the caps, to destinations that answer quickly."""
         now = self.clock()
         lease_until = now + self.lease
         with self.lock:
@@ -200,59 +357,39 @@ class Deliverer:
             quick = set(self.quick)
         per_workspace, per_host = self.settings["per_workspace"], self.settings["per_host"]
         full_workspaces = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
-        full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
-        due = self.due(now, limit * CANDIDATES_PER_SENDER,
-                       Webhook.workspace.not_in(full_workspaces) & Webhook.id.not_in(full_hooks))
         with transaction():
-            candidates = list(due.tuples())
-            self.learn(candidates)
-            chosen = share_out(candidates, self.destinations, holding, limit, per_workspace, per_host)
+            candidates = self.due(now, limit * CANDIDATES_PER_SENDER, full_workspaces, holding, {})
+            chosen = share_out(candidates, holding, limit, per_workspace, per_host)
             spare = limit - len(chosen) - per_workspace   # one workspace's share stays free for whoever comes next
             if spare > 0 and quick:
-                others = list(self.due(now, spare * CANDIDATES_PER_SENDER, Delivery.id.not_in(list(chosen))).tuples())
-                self.learn(others)
-                lent = [(delivery_id, (("workspace", workspace), self.destinations[hook]))
-                        for delivery_id, hook, workspace, _ in others if self.destinations[hook] in quick]
+                others = self.due(now, spare * CANDIDATES_PER_SENDER, [], collections.Counter(), chosen)
+                lent = [(job, (("workspace", workspace), where)) for job, workspace, where, _ in others if where in quick]
                 chosen.update(lent[:spare])
-            leased = list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
-                          .where(Delivery.id.in_(list(chosen)) & (Delivery.next_attempt_at <= now))
-                          .returning(Delivery.id, Delivery.attempts).tuples().execute()) if chosen else []
-        if not leased:
-            return []
-        attempts = dict(leased)
-        rows = (Delivery.select(Delivery, Event, Webhook).join(Event).switch(Delivery).join(Webhook)
-                .where(Delivery.id.in_(list(attempts))))
-        return [Claimed(row, attempts[row.id], lease_until, chosen[row.id]) for row in rows]
+            attempts = {(index, job_id): attempt for index, jobs in enumerate(self.kinds)
+                        if (ids := of_kind(chosen, index))
+                        for job_id, attempt in jobs.lease(ids, now, lease_until)}
+        return [Claimed(row, attempts[index, row.id], lease_until, chosen[index, row.id], jobs)
+                for index, jobs in enumerate(self.kinds) if (ids := of_kind(attempts, index))
+                for row in jobs.load(ids)]
 
-    def due(self, now: datetime, rows: int, which: Any):
-        """The oldest `rows` due deliveries that `which` admits (PostgreSQL: skipping those another
-        process is claiming)."""
-        query = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url).join(Webhook)
-                 .where((Delivery.next_attempt_at <= now) & which).order_by(Delivery.next_attempt_at).limit(rows))
-        return query.for_update(of=Delivery, skip_locked=True) if is_postgres() else query
+    def due(self, now: datetime, rows: int, full_workspaces: list[int], holding: collections.Counter,
+            leaving: dict) -> list[tuple]:
+        """The oldest `rows` due jobs of every kind, as ((kind, id), workspace, destination, due at)."""
+        found = [((index, job_id), workspace, where, due) for index, jobs in enumerate(self.kinds)
+                 for job_id, workspace, where, due in jobs.due(now, rows, full_workspaces, holding,
+                                                               of_kind(leaving, index))]
+        found.sort(key=lambda candidate: candidate[3])
+        return found[:rows]
 
-    def learn(self, candidates: list[tuple]) -> None:
-        """The destinations of the webhooks these due deliveries go to."""
-        if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
-            self.destinations.clear()
-            with self.lock:
-                self.quick.clear()
-        self.destinations.update((hook, destination(url)) for _, hook, _, url in candidates)
+    def forget_quick(self) -> None:
+        with self.lock:
+            self.quick.clear()
 
     def attempt(self, item: Claimed) -> None:
-        """Send one attempt and record what came of it."""
-        hook, event = item.delivery.webhook, item.delivery.event
-        now = self.clock()
-        try:
-            signing = events.signing_secrets(hook, self.settings["secret_key"], now)
-        except events.SecretKeyMissing as exc:
-            answer = Answer(error=str(exc))
-        else:
-            headers = {**events.signed_headers(event.public_id, event.body, signing, now),
-                       "Content-Type": "application/json", "User-Agent": self.user_agent}
-            answer = self.sender.post(hook.url, event.body.encode(), headers)
+        """Make one attempt and record what came of it."""
+        answer = item.kind.attempt(item)
         self.note_answer_time(item.holds, answer)
-        self.record(item, answer)
+        item.kind.record(item, answer)
 
     def note_answer_time(self, holds: tuple, answer: Answer) -> None:
         """Whether the attempt's destination may borrow spare slots: it answered within QUICK_ANSWER."""
@@ -265,74 +402,27 @@ class Deliverer:
             else:
                 self.quick.discard(where)
 
-    def record(self, item: Claimed, answer: Answer) -> str | None:
-        """The attempt's outcome, in its own transaction; None if the delivery moved on meanwhile
-        (replayed, given up with its webhook, or deleted with it)."""
-        now = self.clock()
-        ok = answer.status is not None and 200 <= answer.status < 300
-        disabled = None
-        with transaction():
-            # The webhook before its delivery, in the order every webhook write locks them (lock_webhook).
-            hook = for_update(Webhook.select().where(Webhook.id == item.delivery.webhook_id), NO_KEY_UPDATE).first()
-            delivery = None if hook is None else for_update(Delivery.select().where(
-                (Delivery.id == item.delivery.id) & (Delivery.attempts == item.attempt)
-                & (Delivery.next_attempt_at == item.lease_until))).first()
-            if delivery is None:
-                return None
-            delivery.last_status, delivery.last_error = answer.status, answer.error
-            # An erasure that cut the event while this attempt ran cleared the log: the answer
-            # to the body sent before it may echo the person's data, so it is not kept.
-            sent = item.delivery.event
-            cut = answer.body and Event.select().where((Event.id == sent.id) & (Event.body != sent.body)).exists()
-            delivery.last_response = None if cut else answer.body
-            delivery.last_attempt_at, delivery.duration_ms = now, answer.duration_ms
-            if not hook.active and not ok:   # disabled while this attempt ran: nothing more is scheduled
-                delivery.state, delivery.next_attempt_at = "dead", None
-            elif ok:
-                delivery.state, delivery.next_attempt_at = "succeeded", None
-                if hook.failing_since is not None:
-                    Webhook.update(failing_since=None).where(Webhook.id == hook.id).execute()
-            elif answer.status == 410:
-                delivery.state, delivery.next_attempt_at = "dead", None
-                disabled = disable(hook, "The endpoint answered 410 Gone.")
-            else:
-                delivery.failures += 1
-                delay = next_delay(delivery.failures, answer, self.rng)
-                if delay is None:
-                    delivery.state, delivery.next_attempt_at = "dead", None
-                else:
-                    delivery.state, delivery.next_attempt_at = "failed", now + timedelta(seconds=delay)
-                failing_since = hook.failing_since or now
-                if hook.failing_since is None:
-                    Webhook.update(failing_since=now).where(Webhook.id == hook.id).execute()
-                if now - failing_since >= DISABLE_AFTER:
-                    delivery.state, delivery.next_attempt_at = "dead", None
-                    disabled = disable(hook, f"Every delivery failed for 3 days, since {failing_since:%Y-%m-%d %H:%M} "
-                                             f"UTC (last: {describe(answer)}).")
-            delivery.save()
-        if not ok:
-            warn_failed(item, answer, delivery.state, disabled)
-        if self.metrics is not None:
-            lag = (utcnow() - item.delivery.event.created_at).total_seconds() if ok else None
-            self.metrics.delivery(delivery.state, lag)
-        return delivery.state
 
-
-def share_out(candidates: list[tuple], destinations: dict[int, tuple], holding: collections.Counter, limit: int,
-              per_workspace: int, per_host: int) -> dict[int, tuple]:
-    """The candidates (delivery, webhook, workspace, url; oldest first) to claim, each with the
+def share_out(candidates: list[tuple], holding: collections.Counter, limit: int, per_workspace: int,
+              per_host: int) -> dict[tuple, tuple]:
+    """The candidates (job, workspace, destination, due at; oldest first) to claim, each with the
     slots it holds: within each workspace's and destination's cap, and the workspaces with the
     fewest attempts under way first, so that a busy workspace's backlog does not come first."""
     counts = collections.Counter(holding)
-    chosen: dict[int, tuple] = {}
+    chosen: dict[tuple, tuple] = {}
     for level in range(per_workspace):
-        for delivery_id, hook, workspace, _ in candidates:
-            holds = (("workspace", workspace), destinations[hook])
-            if (len(chosen) < limit and delivery_id not in chosen and counts[holds[0]] <= level
+        for job, workspace, where, _ in candidates:
+            holds = (("workspace", workspace), where)
+            if (len(chosen) < limit and job not in chosen and counts[holds[0]] <= level
                     and counts[holds[0]] < per_workspace and counts[holds[1]] < per_host):
-                chosen[delivery_id] = holds
+                chosen[job] = holds
                 counts.update(holds)
     return chosen
+
+
+def of_kind(jobs: dict[tuple, Any], index: int) -> list[int]:
+    """The ids of the kind's jobs among (kind, id) keys."""
+    return [job_id for (which, job_id) in jobs if which == index]
 
 
 def describe(answer: Answer) -> str:
@@ -342,7 +432,7 @@ def describe(answer: Answer) -> str:
 def warn_failed(item: Claimed, answer: Answer, state: str, disabled: str | None) -> None:
     """A failed attempt in the log, so that an operator sees receivers refusing deliveries (a
     wrong secret, an endpoint gone): ids, the attempt and what came back, nothing about the lead."""
-    hook, event = item.delivery.webhook.public_id, item.delivery.event.public_id
+    hook, event = item.job.webhook.public_id, item.job.event.public_id
     log.warning("webhook %s: event %s, attempt %d failed: %s", hook, event, item.attempt, describe(answer))
     if disabled is not None:
         log.warning("webhook %s disabled: %s", hook, disabled)

@@ -5,7 +5,9 @@ nothing of events or deliveries, only that the destination is someone else's and
 
 Destinations are checked at each send: the host is resolved once, every address it resolves to
 must be public (unless `webhooks.allow_private_networks`), and the connection goes to the
-checked address, with the host name kept for TLS (SNI, certificate) and `Host`.
+checked address, with the host name kept for TLS (SNI, certificate) and `Host`. The services an
+operator names in the configuration (connectors.meta_graph_url, connectors.indiamart_url) are
+the operator's choice, like the database's address: their sender takes `operator_settings`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from urllib.parse import SplitResult, urlsplit
 KEPT_RESPONSE = 1024               # bytes of a receiver's answer kept (a delivery's last_response)
 DRAINED_RESPONSE = 64 * 1024       # an answer longer than this is not read to the end: the connection closes
 ADDRESSES_TRIED = 2                # of those a host resolves to, within the attempt's time
+
+
+def operator_settings(timeout: float) -> dict[str, Any]:
+    """A Sender's settings for URLs the operator configured rather than users registered: any
+    http(s) host, a proxy or a private mirror included; still one timeout for the whole request."""
+    return {"allow_http": True, "allow_private_networks": True, "timeout": timeout}
 
 
 class Refused(Exception):
@@ -158,6 +166,7 @@ class Answer:
     retry_after: float | None = None
     error: str | None = None
     duration_ms: int = 0
+    whole: bool = False   # the body is all of the answer's (read to its end, within what was kept)
 
 
 class Attempt:
@@ -224,7 +233,7 @@ class Watchdog:
 
 
 class Sender:
-    """POSTs over keep-alive connections, each pinned to the address checked for that send."""
+    """Requests over keep-alive connections, each pinned to the address checked for that send."""
 
     def __init__(self, settings: dict[str, Any]):
         self.settings = settings
@@ -235,8 +244,16 @@ class Sender:
         self.watchdog = Watchdog(settings["timeout"])
 
     def post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+        return self.send("POST", url, body, headers)
+
+    def get(self, url: str, headers: dict[str, str], *, keep: int) -> Answer:
+        """A GET whose answer is read up to `keep` bytes (a longer one is not `whole`)."""
+        return self.send("GET", url, None, headers, keep=keep)
+
+    def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str], *,
+             keep: int = KEPT_RESPONSE) -> Answer:
         started = time.perf_counter()
-        answer = self._post(url, body, headers)
+        answer = self._send(method, url, body, headers, keep)
         answer.duration_ms = round((time.perf_counter() - started) * 1000)
         # The receiver's bytes (its body, or a status line quoted in an error) are kept as text,
         # which PostgreSQL refuses with a NUL in it.
@@ -244,7 +261,7 @@ class Sender:
                                      for text in (answer.body, answer.error))
         return answer
 
-    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> Answer:
+    def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str], keep: int) -> Answer:
         try:
             parts = check_url(url, self.settings)
             addresses = tuple(resolve(parts, self.settings))
@@ -254,24 +271,24 @@ class Sender:
         key = (parts.scheme, parts.hostname, port, addresses)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         with self.watchdog.attempt() as attempt:
-            answer = self._attempt(key, target, body, headers, attempt)
+            answer = self._attempt(key, (method, target, body, headers, keep), attempt)
         if attempt.fired:   # whatever http.client made of an answer cut short, it is no success
             return Answer(error=f"No complete answer within {self.watchdog.seconds:g} s.")
         return answer
 
-    def _attempt(self, key: tuple, target: str, body: bytes, headers: dict[str, str], attempt: Attempt) -> Answer:
+    def _attempt(self, key: tuple, request: tuple, attempt: Attempt) -> Answer:
         reused = self._take(key)
         connection = attempt.watch(reused or self._connect(key))
         try:
             try:
-                return self._exchange(key, connection, target, body, headers, attempt)
+                return self._exchange(key, connection, request, attempt)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 if reused is None or attempt.fired:
                     raise
                 # The receiver closed the idle connection meanwhile: once more on a new one.
                 connection.close()
                 connection = attempt.watch(self._connect(key))
-                return self._exchange(key, connection, target, body, headers, attempt)
+                return self._exchange(key, connection, request, attempt)
         except TimeoutError:
             connection.close()
             return Answer(error=f"No answer within {self.settings['timeout']} s.")
@@ -285,20 +302,23 @@ class Sender:
             connection.close()
             return Answer(error=f"{type(exc).__name__}: {exc}"[:500])
 
-    def _exchange(self, key: tuple, connection: http.client.HTTPConnection, target: str, body: bytes,
-                  headers: dict[str, str], attempt: Attempt) -> Answer:
-        connection.request("POST", target, body=body, headers=headers)
+    def _exchange(self, key: tuple, connection: http.client.HTTPConnection, request: tuple,
+                  attempt: Attempt) -> Answer:
+        method, target, body, headers, keep = request
+        connection.request(method, target, body=body, headers=headers)
         response = connection.getresponse()
-        kept, read = b"", 0
-        while read <= DRAINED_RESPONSE and time.monotonic() < attempt.deadline and (chunk := response.read1(16384)):
-            kept += chunk[:KEPT_RESPONSE - len(kept)]
+        kept, read = bytearray(), 0
+        drained = max(keep, DRAINED_RESPONSE)
+        while read <= drained and time.monotonic() < attempt.deadline and (chunk := response.read1(16384)):
+            kept += chunk[:keep - len(kept)]
             read += len(chunk)
         if response.isclosed() and (response.getheader("Connection") or "").lower() != "close" and not attempt.fired:
             self._give_back(key, connection)
         else:
             connection.close()
         return Answer(status=response.status, body=kept.decode("utf-8", "replace"),
-                      retry_after=retry_after(response.getheader("Retry-After")))
+                      retry_after=retry_after(response.getheader("Retry-After")),
+                      whole=response.isclosed() and read <= keep)
 
     def _connect(self, key: tuple) -> PinnedHTTPConnection | PinnedHTTPSConnection:
         scheme, host, port, addresses = key

@@ -22,7 +22,7 @@ from marshmallow import validate
 from . import connectors, events, intake, lead_timers
 from .db import transaction
 from .export import COLUMNS as CSV_COLUMNS
-from .intake import generic
+from .intake import generic, pull
 from .intake.mapping import PointerError, parse_pointer
 from .models import (CONNECTOR_KINDS, FIELD_TYPES, ROLES, STATUS_KINDS, Connector, CustomField, Form, LostReason,
                      Member, Rule, Source, Status, Team, Workspace)
@@ -596,4 +596,5 @@ def _connector(workspace: Workspace, item: dict[str, Any], source: Source, secre
         intake.arm_cut(row, row.created_at + intake.CUT_EVERY)
     else:
         row = _upsert(Connector, workspace, {"name": item["name"]}, {"source": source, "settings": settings})
+    pull.arm(row)
     return {"id": row.public_id, "url": connectors.intake_path(row), "key": key}

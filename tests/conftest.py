@@ -23,10 +23,10 @@ from leadsvc import create_app, pipeline
 from leadsvc.auth import issue_token
 from leadsvc.db import database, is_postgres, make_database, migrate
 from leadsvc.delivery import Deliverer
-from leadsvc.models import (NEVER, NO_TASK, Delivery, Lead, Member, Source, Status, Webhook, Workspace,
+from leadsvc.models import (NEVER, NO_TASK, Delivery, Intake, Lead, Member, Source, Status, Webhook, Workspace,
                             new_public_id, utcnow)
 from leadsvc.provision import apply_setup, parse_setup
-from receiver import Receiver
+from receiver import Received, Receiver
 from served import InProcessServer
 
 POSTGRES_BASE_URL = os.environ.get("LEADSVC_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -160,10 +160,14 @@ def fresh_database(backend, tmp_path, request):
 # The key every test webhook secret derives from; receivers run on 127.0.0.1 over plain HTTP.
 WEBHOOK_SECRET_KEY = "test-webhook-secret-key-0123456789abcdef"
 WEBHOOK_TEST_SETTINGS = {"secret_key": WEBHOOK_SECRET_KEY, "allow_http": True, "allow_private_networks": True}
+# Outside services no test reaches unless it runs its fake (graph_api, indiamart_api): a closed
+# port on loopback, so that a fetch or pull left over from another test fails at once.
+NOBODY = "http://127.0.0.1:9"
 TEST_CONFIG: dict[str, dict[str, Any]] = {
     "rate_limits": {"enabled": False},
     "forms": {"answer_floor_ms": 0},   # the floor has its own test (test_forms.py); others need not wait it
     "webhooks": WEBHOOK_TEST_SETTINGS,
+    "connectors": {"meta_graph_url": f"{NOBODY}/v21.0", "indiamart_url": f"{NOBODY}/wservce/crm/crmListing/v2/"},
 }
 # The same, for processes configured by the environment.
 WEBHOOK_TEST_ENV = {f"LEADSVC_WEBHOOKS_{key.upper()}": str(value).lower() if isinstance(value, bool) else value
@@ -328,6 +332,89 @@ def intake_fixture(name: str) -> Any:
     """A sender's payload as its documentation shows it (tests/fixtures/intake/<name>.json)."""
     with open(os.path.join(INTAKE_FIXTURES, f"{name}.json"), encoding="utf-8") as fh:
         return json.load(fh)
+
+
+# The secrets the senders give, in the environment variables setup names (the tests set them).
+META_PAGE_TOKEN_ENV, META_PAGE_TOKEN = "ACME_META_PAGE_TOKEN", "EAAGm0PX4ZCpsBAtestpagetoken"
+INDIAMART_CRM_KEY_ENV, INDIAMART_CRM_KEY = "ACME_INDIAMART_CRM_KEY", "mRyxEbBs4HfGTfeq4XaN7lmGp1XNnzI="
+
+
+def json_answer(status: int, document: Any) -> tuple[int, dict[str, str], bytes]:
+    return status, {"Content-Type": "application/json"}, json.dumps(document).encode()
+
+
+class FakeGraphApi:
+    """Meta's Graph API as its lead retrieval documentation shows it: GET /v21.0/{leadgen_id}
+    ?fields=...&access_token=... answers the lead it holds (`leads`), with the fields asked for
+    and its id; 400 OAuthException for another token, 400 GraphMethodException for an id it does
+    not hold. What a test puts in `answers` is answered first, in turn (a 500, a body that is
+    not JSON, a huge one)."""
+
+    def __init__(self):
+        self.leads: dict[str, dict[str, Any]] = {}
+        self.answers: list[tuple[int, dict[str, str], bytes]] = []
+        self.receiver = Receiver(self.respond)
+        self.url = f"{self.receiver.base}/v21.0"
+
+    def respond(self, request):
+        if self.answers:
+            return self.answers.pop(0)
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        if query.get("access_token") != [META_PAGE_TOKEN]:
+            return json_answer(400, intake_fixture("graph_bad_token"))
+        lead = self.leads.get(parts.path.rsplit("/", 1)[-1])
+        if lead is None:
+            return json_answer(400, intake_fixture("graph_unknown_id"))
+        asked = {"id", *",".join(query.get("fields", [])).split(",")}
+        return json_answer(200, {key: value for key, value in lead.items() if key in asked})
+
+    def requests(self) -> list[Received]:
+        with self.receiver.lock:
+            return list(self.receiver.received)
+
+
+class FakeIndiaMart:
+    """IndiaMART's CRM listing API (v2) as its documentation shows it: every answer is HTTP 200
+    with the outcome in CODE; a key it does not know is CODE 401, else it answers what a test put
+    in `answers` in turn (a listing, 429), else CODE 204 (no leads in the window)."""
+
+    def __init__(self):
+        self.answers: list[tuple[int, dict[str, str], bytes]] = []
+        self.receiver = Receiver(self.respond)
+        self.url = f"{self.receiver.base}/wservce/crm/crmListing/v2/"
+
+    def respond(self, request):
+        from urllib.parse import parse_qs, urlsplit
+
+        if parse_qs(urlsplit(request.path).query).get("glusr_crm_key") != [INDIAMART_CRM_KEY]:
+            return json_answer(200, intake_fixture("indiamart_bad_key"))
+        if self.answers:
+            return self.answers.pop(0)
+        return json_answer(200, intake_fixture("indiamart_no_leads"))
+
+    def queries(self) -> list[dict[str, list[str]]]:
+        """The query of each call, as parsed."""
+        from urllib.parse import parse_qs, urlsplit
+
+        with self.receiver.lock:
+            return [parse_qs(urlsplit(request.path).query) for request in self.receiver.received]
+
+
+@pytest.fixture
+def graph_api():
+    fake = FakeGraphApi()
+    with fake.receiver:
+        yield fake
+
+
+@pytest.fixture
+def indiamart_api():
+    fake = FakeIndiaMart()
+    with fake.receiver:
+        yield fake
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -557,6 +644,7 @@ def deliverer(app, clock):
     """A deliverer on the test's clock, without jitter (rng 0.5 is the middle of the +-20%)."""
     # The run's tests share a database: what earlier tests left scheduled is not this test's.
     Delivery.update(next_attempt_at=None).execute()
+    Intake.update(next_attempt_at=None).where(Intake.next_attempt_at.is_null(False)).execute()
     return Deliverer(app.config["LEADSVC"], version="test", metrics=app.extensions["leadsvc.metrics"],
                      clock=clock, rng=lambda: 0.5)
 

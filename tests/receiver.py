@@ -41,7 +41,7 @@ class ReceiverServer(ThreadingHTTPServer):
 
 
 class Receiver:
-    """A threaded HTTP server that records POSTs and answers with `respond(request)`."""
+    """A threaded HTTP server that records POSTs and GETs and answers with `respond(request)`."""
 
     def __init__(self, respond: Callable[[Received], Answer] | None = None):
         self.received: list[Received] = []
@@ -66,11 +66,14 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(body)
 
+            do_GET = do_POST   # a fake API read with GET (the Graph API, IndiaMART's listing) records and answers the same way
+
             def log_message(self, *args):
                 pass
 
         self.server = ReceiverServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.base}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "Receiver":

@@ -28,12 +28,12 @@ from typing import Any, Mapping
 import marshmallow as ma
 import peewee as pw
 
-from .. import clock, pipeline
+from .. import clock, events, pipeline
 from ..custom_fields import form_value
-from ..db import for_update, read_rows, statement, transaction
+from ..db import database, for_update, read_rows, statement, transaction
 from ..fields import phones_of
 from ..history import Actor
-from ..models import Connector, Intake, Workspace, utcnow
+from ..models import Connector, Intake, utcnow
 from ..problems import Conflict, Problem
 from ..refs import Refs, cached_refs
 from ..schemas import LeadCreateSchema
@@ -82,11 +82,26 @@ def queue(connector: Connector, external_id: str, payload: Any) -> Intake:
     try:
         with transaction():
             row.save(force_insert=True)
+            database.after_commit(events.work_waiting.set)   # this process's deliverer fetches it at once
     except pw.IntegrityError:
         if (seen := _stored(connector, external_id)) is None:
             raise
         return seen
     return row
+
+
+def _queue_again(row: Intake) -> Intake:
+    """A rejected intake whose fetch gave up, pending and due now with a fresh schedule."""
+    with transaction():
+        current = for_update(Intake.select().where(Intake.id == row.id)).first()
+        if current is None or current.outcome != "rejected":
+            raise Conflict(f"Intake {row.public_id} was settled already: only a pending or rejected one runs again.")
+        now = utcnow()
+        current.outcome, current.errors, current.failures = "pending", None, 0
+        current.next_attempt_at = current.updated_at = now
+        current.save()
+        database.after_commit(events.work_waiting.set)
+    return current
 
 
 def settle(row: Intake, connector: Connector, payload: Any, mapped: Mapped, settings: Mapping[str, Any]) -> Intake:
@@ -107,6 +122,8 @@ def retry(row: Intake, connector: Connector, settings: Mapping[str, Any]) -> Int
         raise Conflict(f"Intake {row.public_id} is {row.outcome}: only a rejected intake can be retried.")
     if row.payload is None:
         raise Conflict(f"Intake {row.public_id} no longer holds its payload.")
+    if connector.kind == "meta" and not meta.fetched(row.payload):   # its fetch gave up: fetch it again
+        return _queue_again(row)
     mapped = SENDERS[connector.kind].lead(row.payload, connector.settings or {})
     return settle(row, connector, row.payload, mapped, settings)
 
@@ -216,3 +233,8 @@ def cut_payloads(connector_id: int, due: datetime, now: datetime, settings: dict
     oldest = kept.select(Intake.received_at).order_by(Intake.received_at).limit(1).scalar()
     at = now + CUT_EVERY if oldest is None else max(now, min(oldest + PAYLOAD_KEPT, now + CUT_EVERY))
     arm_cut(connector, at)
+
+
+# Registered on import: the Graph API fetch (a kind of Deliverer job) and IndiaMART's pull (a clock
+# timer), both of which settle and take intakes through the functions above.
+from . import fetch, pull  # noqa: E402,F401

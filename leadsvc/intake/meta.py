@@ -63,6 +63,12 @@ def answers(lead_data: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return found
 
 
+def fetched(payload: Any) -> bool:
+    """Whether an intake's payload is the Graph API's lead (with its answers) rather than the
+    notification's change that named it (a fetch not done, or given up)."""
+    return isinstance(payload, dict) and isinstance(payload.get("field_data"), list)
+
+
 def lead(lead_data: Mapping[str, Any], settings: Mapping[str, Any]) -> Mapped:
     """A lead as the Graph API answers GET /{leadgen_id}?fields=field_data,... (its `id` is the leadgen id)."""
     return Mapped(external_id(lead_data.get("id")), form_answers(answers(lead_data), CONTACT_FIELDS, settings),
