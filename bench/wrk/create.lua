@@ -38,12 +38,14 @@ function lead_json(phone)
     phone, sources[math.random(#sources)], math.random(20, 300) * 100000, interests[math.random(#interests)])
 end
 
-function request()
-  local phone
+-- A phone of an existing lead (duplicate_share of the time), else a new one.
+function pick_phone()
   if #duplicates > 0 and math.random() < duplicate_share then
-    phone = duplicates[math.random(#duplicates)]
-  else
-    phone = new_phone("+9197")
+    return duplicates[math.random(#duplicates)]
   end
-  return wrk.format("POST", nil, nil, lead_json(phone))
+  return new_phone("+9197")
+end
+
+function request()
+  return wrk.format("POST", nil, nil, lead_json(pick_phone()))
 end

@@ -3,28 +3,19 @@
 dofile(os.getenv("BENCH_WRK_DIR") .. "/create.lua")
 local sent = 0
 
+local create_init = init
+
 function init(args)
-  duplicates = {}
-  for phone in string.gmatch(os.getenv("BENCH_DUPLICATE_PHONES") or "", "[^,]+") do
-    table.insert(duplicates, phone)
-  end
-  duplicate_share = tonumber(os.getenv("BENCH_DUPLICATE_SHARE") or "0.25")
+  create_init(args)   -- the duplicate phones and their share, as create.lua reads them
   google_key = os.getenv("BENCH_GOOGLE_KEY")
   run = os.getenv("BENCH_RUN") or "0"
-  math.randomseed(os.time() * 1000 + id * 7919 + math.floor(os.clock() * 1e6))
-  wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Authorization"] = nil   -- senders have no token
 end
 
 local interests = {"2bhk", "3bhk", "villa", "plot"}
 
 function request()
-  local phone
-  if #duplicates > 0 and math.random() < duplicate_share then
-    phone = duplicates[math.random(#duplicates)]
-  else
-    phone = new_phone("+9197")
-  end
+  local phone = pick_phone()
   sent = sent + 1
   return wrk.format("POST", nil, nil, string.format(
     '{"lead_id":"bench-%s-%d-%d","api_version":"1.0","form_id":40000000000,"campaign_id":50000000000,' ..
