@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from run import CACHE, bench_connector, demo, service_env
+from run import CACHE, INTAKE_UNLIMITED, bench_connector, demo, service_env
 
 INTERESTS = ("2bhk", "3bhk", "villa", "plot")
 
@@ -55,7 +55,7 @@ def main() -> None:
         copy = Path(tempfile.mkdtemp()) / "inprocess.sqlite3"
         shutil.copy(url[len("sqlite:///"):], copy)
         url = f"sqlite:///{copy}"
-    env = service_env(url)
+    env = service_env(url, **(INTAKE_UNLIMITED if args.path == "intake" else {}))
     CACHE.mkdir(parents=True, exist_ok=True)   # where demo runs
     token = demo(url)["tokens"]["admin@demo.test"]["token"]
     app = _app(args.app, url, env)

@@ -49,6 +49,8 @@ BIN = Path(sys.executable).parent
 POSTGRES_URL = os.environ.get("LEADSVC_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/leadsvc_bench")
 LEADSVC_PORT, BASELINE_PORT = 18080, 18090
 BENCH_SECRET_KEY = "bench-secret-key-for-connector-keys-0123456789"   # what connector keys derive from
+# The intake phase's limit, for this checkout only: an older one refuses a setting it does not know.
+INTAKE_UNLIMITED = {"LEADSVC_RATE_LIMITS_INTAKE": "100000000/minute"}
 ROLES = {"admin": "admin@demo.test", "manager": "asha@demo.test", "agent": "ravi@demo.test"}
 REPORTS = ("funnel", "velocity", "conversion", "response")
 DEEP_ROWS = 100_000
@@ -102,7 +104,6 @@ def service_env(url: str, **extra: str) -> dict[str, str]:
     env = {**os.environ, "LEADSVC_CONFIG": os.devnull, "LEADSVC_DATABASE_URL": url,
            "LEADSVC_WEBHOOKS_SECRET_KEY": BENCH_SECRET_KEY,
            "LEADSVC_RATE_LIMITS_PER_TOKEN": "100000000/minute", "LEADSVC_RATE_LIMITS_PER_IP": "100000000/minute",
-           "LEADSVC_RATE_LIMITS_INTAKE": "100000000/minute",
            "LEADSVC_LOGGING_LEVEL": "WARNING"}
     env.update(extra)
     return env
@@ -111,7 +112,9 @@ def service_env(url: str, **extra: str) -> dict[str, str]:
 def leadsvc_env(db_url: str, service_root: str | None, **extra: str) -> dict[str, str]:
     """service_env for `leadsvc serve`: with --service-root, the leadsvc package of another checkout
     (a before/after comparison)."""
-    return service_env(db_url, **({"PYTHONPATH": service_root} if service_root else {}), **extra)
+    if service_root:
+        return service_env(db_url, PYTHONPATH=service_root, **extra)
+    return service_env(db_url, **INTAKE_UNLIMITED, **extra)
 
 
 def demo(url: str, leads: int = 0) -> dict:
