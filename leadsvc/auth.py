@@ -154,15 +154,17 @@ def _lookup_caller() -> Caller:
                   abilities=effective_abilities(token.member.role, token.abilities))
 
 
+# What a request needs of its workspace (a caller's, a connector's), read with what it belongs to.
+REQUEST_WORKSPACE_COLUMNS = (Workspace.id, Workspace.public_id, Workspace.name, Workspace.timezone, Workspace.currency,
+                             Workspace.refs_version, Workspace.phone_regions, Workspace.working_hours,
+                             Workspace.first_response_minutes)
 # What a caller is made of, read by every request in one query.
 _CALLER_COLUMNS = {
     Token: (Token.id, Token.public_id, Token.workspace, Token.member, Token.name, Token.abilities, Token.secret_hash,
             Token.last_used_at, Token.expires_at, Token.revoked_at),
     Member: (Member.id, Member.public_id, Member.workspace, Member.team, Member.name, Member.email, Member.role,
              Member.active),
-    Workspace: (Workspace.id, Workspace.public_id, Workspace.name, Workspace.timezone, Workspace.currency,
-                Workspace.refs_version, Workspace.phone_regions, Workspace.working_hours,
-                Workspace.first_response_minutes),
+    Workspace: REQUEST_WORKSPACE_COLUMNS,
 }
 _CALLER_COLUMN_LIST = tuple(column for columns in _CALLER_COLUMNS.values() for column in columns)
 _DIGEST = "\x00digest\x00"   # stands for the digest in the query's SQL, which is written once per database

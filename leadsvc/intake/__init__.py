@@ -30,7 +30,7 @@ import peewee as pw
 
 from .. import clock, events, pipeline
 from ..custom_fields import form_value
-from ..db import database, for_update, read_rows, statement, transaction
+from ..db import database, for_update, insert_rows, read_rows, statement, transaction
 from ..fields import phones_of
 from ..history import Actor
 from ..models import Connector, Intake, utcnow
@@ -164,9 +164,13 @@ def _settle(row: Intake, connector: Connector, mapped: Mapped, settings: Mapping
             row.outcome, row.errors = "rejected", pipeline.item_failure(exc, "payload")[1]
         else:
             row.outcome, row.lead = ("duplicate" if created.duplicate else "created"), created.lead
-    # A new payload's intake is inserted with its outcome; a stored one (fetched, retried) writes
-    # what changed.
-    row.save(force_insert=row.id is None)
+    if row.id is None:   # a new payload's intake, inserted with its outcome
+        insert_rows(Intake, [{"workspace": row.workspace_id, "connector": row.connector_id, "public_id": row.public_id,
+                              "external_id": row.external_id, "outcome": row.outcome, "lead": row.lead_id,
+                              "errors": row.errors, "payload": row.payload, "received_at": row.received_at,
+                              "updated_at": row.updated_at, "attempts": 0, "failures": 0}])
+    else:                # a stored one (fetched, retried): what changed
+        row.save()
     problem = None if row.outcome != "rejected" else _summary(row)
     if problem is not None or connector.last_error is not None:   # most payloads leave the health as it was
         Connector.update(last_error=problem, last_error_at=now if problem else None).where(

@@ -15,11 +15,14 @@ import os
 from typing import Any
 
 import marshmallow as ma
+import peewee as pw
 from flask import Response, g, request
 from flask.views import MethodView
 
 from .. import connectors
+from ..auth import REQUEST_WORKSPACE_COLUMNS
 from ..config import settings
+from ..db import read_rows, statement
 from ..documents import one
 from ..events import SecretKeyMissing
 from ..extensions import Blueprint, check_storable, parse_json_body
@@ -66,12 +69,26 @@ def refuse() -> Forbidden:
 
 
 def find(conn_id: str) -> Connector:
-    """The connector with this id, or the refusal (an id of the wrong form is not looked up)."""
-    connector = (Connector.select(Connector, Workspace).join(Workspace).where(Connector.public_id == conn_id).first()
-                 if CONNECTOR_ID.fullmatch(conn_id) else None)
-    if connector is None:
+    """The connector with this id and its workspace, or the refusal (an id of the wrong form is not
+    looked up). In one query whose statement is written once, as a caller's token is read."""
+    rows = read_rows(FOUND_COLUMNS, statement(_find_query), [conn_id]) if CONNECTOR_ID.fullmatch(conn_id) else []
+    if not rows:
         raise refuse()
+    values = iter(rows[0])
+    connector, workspace = (model(**{column.name: next(values) for column in columns})
+                            for model, columns in ((Connector, CONNECTOR_COLUMNS), (Workspace, REQUEST_WORKSPACE_COLUMNS)))
+    connector.workspace = workspace
     return connector
+
+
+CONNECTOR_COLUMNS = (Connector.id, Connector.public_id, Connector.workspace, Connector.name, Connector.kind,
+                     Connector.source, Connector.key_salt, Connector.settings, Connector.last_error,
+                     Connector.last_error_at, Connector.pulled_until, Connector.pull_after, Connector.created_at)
+FOUND_COLUMNS = CONNECTOR_COLUMNS + REQUEST_WORKSPACE_COLUMNS
+
+
+def _find_query() -> pw.Query:
+    return Connector.select(*FOUND_COLUMNS).join(Workspace).where(Connector.public_id == "")
 
 
 def key_of(connector: Connector) -> str:
