@@ -234,8 +234,8 @@ def insert_rows(model: type[pw.Model], rows: Sequence[dict[str, Any]]) -> None:
     with a public id gets a new one for each row that does not name it.
 
     For the small rows a change writes beside it (history, name parts), building a peewee query
-    per call costs more than the database's work: the statement is written once per database,
-    fields and row count, and each value goes through its field's db_value as peewee's own
+    per call costs more than the database's work: the statement is written once per kind of
+    database, fields and row count, and each value goes through its field's db_value as peewee's own
     inserts do, but for JSON, sent as its text (peewee wraps it in an SQL function call, which a
     statement written once cannot hold). Nothing is returned (no ids)."""
     if not rows:
@@ -251,7 +251,8 @@ def insert_rows(model: type[pw.Model], rows: Sequence[dict[str, Any]]) -> None:
         params += [_insert_param(field, row[name]) for field, name in zip(fields, names)]
         if make_public_id:
             params.append(public_id.default())
-    key = (id(database.obj), len(rows), *map(id, fields))   # by identity, as _row_reader's
+    # By the database's kind (its SQL dialect) and the fields' identity, as _row_reader's.
+    key = (type(database.obj), len(rows), *map(id, fields))
     if key not in _insert_sqls:
         sql, values = model.insert_many([(None,) * len(fields)] * len(rows), fields=fields).sql()
         assert len(values) == len(params), "every value is a parameter"
@@ -269,10 +270,10 @@ def _insert_param(field: pw.Field, value: Any) -> Any:
 
 
 def statement(build: Callable[[], pw.Query]) -> str:
-    """The SQL of a query that `build` makes, written once per database and `build`: for a lookup
-    made on every request, peewee's building costs more than the database's work. Its parameters
-    are given at each execution, in the order the built query's placeholders take them."""
-    key = (id(database.obj), build)
+    """The SQL of a query that `build` makes, written once per kind of database and `build`: for
+    a lookup made on every request, peewee's building costs more than the database's work. Its
+    parameters are given at each execution, in the order the built query's placeholders take them."""
+    key = (type(database.obj), build)   # a kind of database writes one dialect
     if key not in _statements:
         _statements[key] = build().sql()[0]
     return _statements[key]
