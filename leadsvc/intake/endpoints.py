@@ -75,9 +75,8 @@ def find(conn_id: str) -> Connector:
     if not rows:
         raise refuse()
     values = iter(rows[0])
-    connector, workspace = (model(**{column.name: next(values) for column in columns})
-                            for model, columns in ((Connector, CONNECTOR_COLUMNS), (Workspace, REQUEST_WORKSPACE_COLUMNS)))
-    connector.workspace = workspace
+    connector = Connector(**{column.name: next(values) for column in CONNECTOR_COLUMNS})
+    connector.workspace = Workspace(**{column.name: next(values) for column in REQUEST_WORKSPACE_COLUMNS})
     return connector
 
 
