@@ -18,9 +18,9 @@ import pytest
 
 from conftest import WEBHOOK_SECRET_KEY, ROLE_EMAILS, Tenant, intake_fixture, standard_setup, with_connectors
 from leadsvc.auth import ABILITIES, excluded_for, issue_token, revoke_tokens
-from leadsvc.connectors import rotate_key
+from leadsvc.connectors import key_of, rotate_key
 from leadsvc.db import database, make_database
-from leadsvc.models import Connector, Lead, Member, Token, Workspace
+from leadsvc.models import Connector, Intake, Lead, Member, Token, Workspace
 from leadsvc.provision import apply_setup, parse_setup
 
 
@@ -340,6 +340,35 @@ def test_every_api_route_is_in_the_matrix_or_public(app):
               for method in rule.methods - {"HEAD", "OPTIONS"}}
     covered = {(endpoint.method, shape(endpoint.path)) for endpoint in ENDPOINTS}
     assert routes - covered == PUBLIC_ROUTES
+
+
+# The public intake routes, against every caller: a token of any role (or of the foreign
+# workspace) opens none of them, and the foreign workspace's connector key opens none of this
+# workspace's connectors. Each answers the one refusal and stores nothing.
+INTAKE_ROUTES = {
+    "google_ads": lambda url, key: ("POST", url, {"json": {**intake_fixture("google_ads"), "google_key": key,
+                                                           "lead_id": uuid.uuid4().hex}}),
+    "meta": lambda url, key: ("GET", f"{url}?hub.mode=subscribe&hub.verify_token={key}&hub.challenge=1", {}),
+    "indiamart": lambda url, key: ("POST", f"{url}/{key}", {"json": intake_fixture("indiamart_push")}),
+    "justdial": lambda url, key: ("GET", f"{url}/{key}?leadid={uuid.uuid4().hex}&name=Matrix&mobile=9812300009", {}),
+}
+CONNECTOR_OF_KIND = {"google_ads": "Google Ads - Villas", "meta": "Meta lead ads", "indiamart": "IndiaMART",
+                     "justdial": "JustDial"}
+
+
+@pytest.mark.parametrize("kind", list(INTAKE_ROUTES))
+@pytest.mark.parametrize("caller", [*ROLE_EMAILS, "foreign"])
+def test_intake_routes_refuse_tokens_and_a_foreign_workspaces_key(client, tenants, kind, caller):
+    ws, other_ws = tenants
+    mine = ws.ids.connectors[CONNECTOR_OF_KIND[kind]]
+    theirs = Connector.get(Connector.public_id == other_ws.ids.connectors[CONNECTOR_OF_KIND[kind]]["id"])
+    headers = ws.headers(ROLE_EMAILS[caller]) if caller in ROLE_EMAILS else other_ws.headers()
+    stored = Intake.select().join(Connector).where(Connector.public_id == mine["id"]).count()
+    method, path, body = INTAKE_ROUTES[kind](mine["url"], key_of(theirs, WEBHOOK_SECRET_KEY))
+    response = client.open(path, method=method, headers=headers, **body)
+    assert response.status_code == 403 and response.content_type == "application/problem+json"
+    assert mine["id"] not in response.get_data(as_text=True)
+    assert Intake.select().join(Connector).where(Connector.public_id == mine["id"]).count() == stored
 
 
 # --- rules the matrix cannot show row by row -----------------------------------------------------
