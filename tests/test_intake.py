@@ -98,6 +98,16 @@ def test_a_google_lead_is_created_with_the_connector_as_actor_and_its_source(cli
     assert audit[0]["actor"] == actor
 
 
+def test_a_google_payload_is_kept_without_the_connectors_key(client, cws):
+    google = conn(cws, "Google Ads - Villas")
+    body = google_body(cws)
+    assert client.post(google["url"], json=body).status_code == 200
+    [row] = [r for r in intakes(google["id"]) if r.external_id == body["lead_id"]]
+    assert "google_key" not in row.payload and row.payload["user_column_data"] == body["user_column_data"]
+    listed = client.get(f"/api/v1/connectors/{google['id']}/intakes", headers=cws.headers()).get_data(as_text=True)
+    assert google["key"] not in listed
+
+
 def test_a_google_test_lead_is_recorded_and_answered_but_creates_no_lead(client, cws):
     google = conn(cws, "Google Ads - Villas")
     body = google_body(cws, is_test=True)

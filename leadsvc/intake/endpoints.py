@@ -179,7 +179,7 @@ class Intake(MethodView):
             payload = unverified_json()
             if not google_ads.verified(payload, key_of(connector)):
                 raise refuse()
-            return taken(connector, checked(payload))
+            return taken(connector, checked(google_ads.without_key(payload)))
         if connector.kind == "meta":
             if not meta.signed(body, request.headers.get(meta.SIGNATURE_HEADER), app_secret(connector)):
                 raise refuse()

@@ -18,6 +18,11 @@ def verified(payload: Any, key: str) -> bool:
     return isinstance(sent, str) and same_key(sent, key)
 
 
+def without_key(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The body as it is kept: all of it but the connector's key, which is never stored."""
+    return {name: value for name, value in payload.items() if name != "google_key"}
+
+
 def columns(payload: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(column_id, string_value) of each answer."""
     rows = payload.get("user_column_data")
