@@ -15,7 +15,7 @@ import flask_smorest
 import peewee as pw
 from flask import g, request
 
-from .db import database, read_rows
+from .db import read_rows, statement
 from .models import BASE62, Lead, Member, Note, Task, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 from .fields import phones_of
@@ -167,20 +167,16 @@ _CALLER_COLUMNS = {
     Workspace: REQUEST_WORKSPACE_COLUMNS,
 }
 _CALLER_COLUMN_LIST = tuple(column for columns in _CALLER_COLUMNS.values() for column in columns)
-_DIGEST = "\x00digest\x00"   # stands for the digest in the query's SQL, which is written once per database
 
 
-@functools.cache
-def _token_lookup_sql(db: pw.Database) -> str:
-    sql, params = (Token.select(*_CALLER_COLUMN_LIST).join(Member).switch(Token).join(Workspace)
-                   .where(Token.secret_hash == _DIGEST).sql())
-    assert params == [_DIGEST]
-    return sql
+def _token_query() -> pw.Query:
+    """The caller's token, member and workspace by the token's secret hash (its one parameter)."""
+    return Token.select(*_CALLER_COLUMN_LIST).join(Member).switch(Token).join(Workspace).where(Token.secret_hash == "")
 
 
 def _token_with_member_and_workspace(digest: str) -> Token | None:
     """The token with this secret hash, its member and workspace attached, or None."""
-    rows = read_rows(_CALLER_COLUMN_LIST, _token_lookup_sql(database.obj), [digest])
+    rows = read_rows(_CALLER_COLUMN_LIST, statement(_token_query), [digest])
     if not rows:
         return None
     values = iter(rows[0])
