@@ -22,10 +22,10 @@ from .fields import phones_of
 
 ABILITIES = ("leads:read", "leads:create", "leads:update", "leads:status", "leads:assign",
              "notes:write", "activities:write", "tasks:write", "reports:read", "audit:read", "webhooks:manage", "privacy:manage",
-             "connectors:manage")
+             "connectors:manage", "members:manage")
 ALL = "*"
 # Abilities only an admin can exercise, whatever its token says: they act on the whole workspace.
-ADMIN_ONLY = frozenset({"webhooks:manage", "privacy:manage", "connectors:manage"})
+ADMIN_ONLY = frozenset({"webhooks:manage", "privacy:manage", "connectors:manage", "members:manage"})
 # Abilities an agent can never exercise, whatever its token says.
 AGENT_EXCLUDED = frozenset({"leads:assign", "reports:read", "audit:read"}) | ADMIN_ONLY
 

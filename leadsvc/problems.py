@@ -26,7 +26,7 @@ CODES: dict[str, tuple[int, str, str]] = {
     "forbidden": (403, "Not allowed",
                   "The token is valid but lacks the ability this operation needs; `detail` names it. "
                   "Issue a token with that ability (agents can never hold leads:assign, "
-                  "reports:read or audit:read; only admins hold webhooks:manage, privacy:manage and connectors:manage)."),
+                  "reports:read or audit:read; only admins hold webhooks:manage, privacy:manage, connectors:manage and members:manage)."),
     "not_found": (404, "Not found",
                   "No such route, or no such record in the caller's data scope. A record outside "
                   "the scope is reported exactly like one that does not exist."),
