@@ -22,6 +22,7 @@ ID_TIME_DIGITS, ID_RANDOM_DIGITS = 6, 16   # the contract: at least 16 random ba
 PUBLIC_ID_LENGTH = ID_TIME_DIGITS + ID_RANDOM_DIGITS
 
 ROLES = ("admin", "manager", "agent")
+AVAILABILITIES = ("available", "away", "on_leave")
 STATUS_KINDS = ("open", "won", "lost")
 FIELD_TYPES = ("text", "number", "boolean", "date", "choice")
 CONTACT_KINDS = ("call", "email", "meeting", "whatsapp", "sms", "visit")   # what a person logs by hand
@@ -128,14 +129,21 @@ class Member(BaseModel):
     email = pw.CharField(max_length=254)
     role = pw.CharField(max_length=16)
     active = pw.BooleanField(default=True)
+    # DESIGN section 20 (0022): availability as set, and until when (null: until changed again);
+    # routing.availability_of reads it as of now. The caps: null is no cap.
+    availability = pw.CharField(max_length=16, default="available", constraints=[pw.SQL("DEFAULT 'available'")])
+    until = pw.DateTimeField(null=True)
+    max_open_leads = pw.IntegerField(null=True)
+    daily_leads = pw.IntegerField(null=True)
 
     class Meta:
         indexes = ((("workspace", "email"), True),)
 
 
 class Token(BaseModel):
-    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE")
-    member = pw.ForeignKeyField(Member, backref="tokens", on_delete="CASCADE")
+    # Indexed by the list's indexes below, which start with each of these.
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False)
+    member = pw.ForeignKeyField(Member, backref="tokens", on_delete="CASCADE", index=False)
     public_id = PublicIdField("tok_")
     name = pw.CharField(max_length=100)
     abilities = pw.JSONField(default=list)
@@ -144,6 +152,10 @@ class Token(BaseModel):
     last_used_at = pw.DateTimeField(null=True)
     expires_at = pw.DateTimeField(null=True)
     revoked_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        # The token list's keyset pages (0022): a workspace's, and a member's.
+        indexes = ((("workspace", "created_at", "public_id"), False), (("member", "created_at", "public_id"), False))
 
 
 class Status(BaseModel):
@@ -405,11 +417,15 @@ class LeadNamePart(BaseModel):
 
 
 class OpenLeadCount(BaseModel):
-    """How many open leads a member owns, for least-open routing. Kept by database triggers on
-    lead and status (migration 0004), so every way a lead is written keeps it right."""
+    """How many open leads a member owns, for least-open routing and max_open_leads. Kept by
+    database triggers on lead and status (migration 0004), so every way a lead is written keeps it
+    right. Routing also counts here the leads it gave the member on its workspace's day routed_on
+    (0022): the row a cap is checked on is the row the count moves on (routing.DatabaseGate)."""
 
     member = pw.ForeignKeyField(Member, primary_key=True, on_delete="CASCADE", backref="+")
     open_leads = pw.IntegerField(default=0)
+    routed_on = pw.DateField(null=True)
+    routed_today = pw.IntegerField(default=0, constraints=[pw.SQL("DEFAULT 0")])
 
 
 class Attributed(BaseModel):

@@ -145,9 +145,8 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)
             if existing is not None:
                 return _duplicate(existing, matched_on, data, actor, refs)
-            assignment = routing.route(actor.workspace.id, routed, refs.members, refs.rules)
-            lead.owner = assignment.member
-            lead.team = assignment.member.team_id if assignment.member else None
+            assignment = routing.route(refs.workspace, routed, refs.members, refs.rules)
+            lead.owner, lead.team = assignment.member, assignment.team_id
             lead.save(force_insert=True)
             lead_timers.arm_new(lead)
             if consent is not None:
@@ -155,8 +154,9 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 consent.save(force_insert=True)
             search.save_name_parts([lead])
             _record_creation(lead, assignment, actor)
-            events.record(refs, "lead.created", lead, lambda: {"routing": {
-                "owner": member_ref(assignment.member), "summary": assignment.summary, **assignment.reason}})
+            events.record(refs, "lead.created", lead, lambda: _routing_details(assignment))
+            if assignment.member is None:
+                events.record(refs, "lead.unassigned", lead, lambda: _routing_details(assignment))
     except pw.IntegrityError:
         # PostgreSQL: a create that committed after this one began took the phone or e-mail.
         with transaction():
@@ -165,6 +165,11 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
                 raise
             return _duplicate(existing, matched_on, data, actor, refs)
     return Created(lead, duplicate=False)
+
+
+def _routing_details(assignment: routing.Assignment) -> dict[str, Any]:
+    """How a new lead was routed, as lead.created and lead.unassigned carry it."""
+    return {"routing": {"owner": member_ref(assignment.member), "summary": assignment.summary, **assignment.reason}}
 
 
 def _record_creation(lead: Lead, assignment: routing.Assignment, actor: Actor) -> None:

@@ -71,7 +71,7 @@ def test_fallback_is_round_robin_over_all_active_agents(client, make_lead, ws):
     owners = Counter(owner_email(ws, make_lead(ws)) for _ in range(6))
     assert owners == {"n1@t.test": 2, "n2@t.test": 2, "s1@t.test": 2}
     assert assigned_reason(make_lead(ws)) == {"rule": None, "strategy": "round_robin",
-                                                        "member": ws.ids.members["n1@t.test"]}
+                                              "member": ws.ids.members["n1@t.test"], "skipped": []}
 
 
 def test_a_team_without_active_agents_falls_through_to_the_next_rule(client, make_lead, make_workspace):
@@ -105,7 +105,7 @@ def test_every_assignment_records_rule_strategy_and_member(client, make_lead, ma
     lead = make_lead(ws)
     reason = assigned_reason(lead)
     assert reason == {"rule": ws.ids.rules["North"], "rule_name": "North", "strategy": "round_robin",
-                      "member": lead["owner"]["id"]}
+                      "member": lead["owner"]["id"], "skipped": []}
     row = Lead.get(Lead.public_id == lead["id"])
     summary = Activity.get((Activity.lead == row.id) & (Activity.kind == "assigned")).summary
     assert "North" in summary and lead["owner"]["name"] in summary
@@ -124,6 +124,6 @@ def test_a_rule_deleted_after_it_was_read_falls_through_to_the_fallback(client, 
     refs = Refs.load(workspace, load_settings("/dev/null"))
     Rule.delete().where(Rule.workspace == workspace.id).execute()
     with database.atomic():
-        assignment = routing.route(workspace.id, {"source": None, "custom_fields": {}}, refs.members, refs.rules)
+        assignment = routing.route(workspace, {"source": None, "custom_fields": {}}, refs.members, refs.rules)
     assert assignment.reason["rule"] is None and assignment.reason["strategy"] == "round_robin"
     assert assignment.member is not None and assignment.member.role == "agent"
