@@ -76,13 +76,6 @@ class StatusSchema(RefSchema):
                           metadata={"description": "Ids of the statuses a lead may move to from this one."})
 
 
-class MemberSchema(RefSchema):
-    email = ma.fields.String(required=True)
-    role = ma.fields.String(required=True, metadata={"enum": list(ROLES)})
-    team = ma.fields.Nested(RefSchema, allow_none=True, required=True)
-    active = ma.fields.Boolean(required=True)
-
-
 class CustomFieldSchema(RefSchema):
     label = ma.fields.String(required=True)
     type = ma.fields.String(required=True, metadata={"enum": list(FIELD_TYPES)})

@@ -139,9 +139,17 @@ class IntakeIdConverter(BaseConverter):
     regex = public_id_regex("in_")
 
 
+class MemberIdConverter(BaseConverter):
+    regex = public_id_regex("mem_")
+
+
+class TokenIdConverter(BaseConverter):
+    regex = public_id_regex("tok_")
+
+
 CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter,
               "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter, "connector_id": ConnectorIdConverter,
-              "intake_id": IntakeIdConverter}
+              "intake_id": IntakeIdConverter, "member_id": MemberIdConverter, "token_id": TokenIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

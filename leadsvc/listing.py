@@ -152,6 +152,26 @@ class IdList(ma.fields.String):
         return ids
 
 
+NO_OWNER = "none"
+
+
+class MemberIds(IdList):
+    """Member ids, or a keyword that stands for some (filter[owner]'s none, filter[assignee]'s me)."""
+
+    def __init__(self, keyword: str, meaning: str, **kwargs):
+        super().__init__("mem_", **kwargs)
+        self.keyword = keyword
+        self.metadata.update(description=f"mem_... ids, or {keyword} ({meaning}), comma-separated for several.",
+                             pattern=comma_separated(f"({public_id_regex('mem_')}|{keyword})"))
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        items = list_items(ma.fields.String._deserialize(self, value, attr, data, **kwargs))
+        bad = [item for item in items if item != self.keyword and not self.pattern.match(item)]
+        if bad:
+            raise ma.ValidationError(f"Not mem_... ids nor {self.keyword}: {', '.join(bad)}.")
+        return items
+
+
 class Bands(ma.fields.String):
     def _deserialize(self, value, attr, data, **kwargs):
         bands = list_items(super()._deserialize(value, attr, data, **kwargs))
@@ -181,7 +201,7 @@ class ReportFilterQuery(ma.Schema):
     created_at = CreatedAt(data_key="filter[created_at]",
                            metadata={"description": CREATED_AT_HELP, "pattern": CREATED_AT_PATTERN})
     source = IdList("src_", data_key="filter[source]")
-    owner = IdList("mem_", data_key="filter[owner]")
+    owner = MemberIds(NO_OWNER, "unassigned leads", data_key="filter[owner]")
 
 
 class SearchText(ma.fields.String):
@@ -267,7 +287,8 @@ def filter_leads(query: pw.ModelSelect, filters: Mapping[str, Any], refs: Refs, 
                                 ("owner", refs.members, Lead.owner)):
         if name in filters:
             wanted = set(filters[name])
-            query = query.where(column.in_([row.id for row in table.values() if row.public_id in wanted] or [0]))
+            matching = column.in_([row.id for row in table.values() if row.public_id in wanted] or [0])
+            query = query.where(matching | column.is_null() if NO_OWNER in wanted else matching)
     if "channel" in filters:
         # No index of its own: the page reads its scope's sort index in order and checks each lead's
         # channel, as for a status. An index per channel, sort and scope would cost every create,
@@ -366,22 +387,6 @@ class Due(ma.fields.String):
             raise ma.ValidationError(f"{exc} Or: overdue.") from None
 
 
-class Assignees(IdList):
-    """filter[assignee]: member ids, or `me` for the caller's own member."""
-
-    def __init__(self, **kwargs):
-        super().__init__("mem_", **kwargs)
-        self.metadata.update(description="mem_... ids, or me, comma-separated for several.",
-                             pattern=comma_separated(f"({public_id_regex('mem_')}|{ME})"))
-
-    def _deserialize(self, value, attr, data, **kwargs):
-        items = list_items(ma.fields.String._deserialize(self, value, attr, data, **kwargs))
-        bad = [item for item in items if item != ME and not self.pattern.match(item)]
-        if bad:
-            raise ma.ValidationError(f"Not mem_... ids nor me: {', '.join(bad)}.")
-        return items
-
-
 TASK_SORTS: dict[str, cursor.Order] = {
     "due_at": cursor.Order(Task.due_at, Task.public_id, descending=False),
     # Open tasks carry the epoch here, so they come last.
@@ -390,7 +395,7 @@ TASK_SORTS: dict[str, cursor.Order] = {
 
 
 class TaskFilterQuery(ma.Schema):
-    assignee = Assignees(data_key="filter[assignee]")
+    assignee = MemberIds(ME, "the caller's own member", data_key="filter[assignee]")
     state = Choices(TASK_STATES, data_key="filter[state]", load_default=["open"])
     due = Due(data_key="filter[due]", metadata={"description": DUE_HELP, "pattern": DUE_PATTERN})
     kind = Choices(TASK_KINDS, data_key="filter[kind]")

@@ -129,6 +129,9 @@ class MemberItem(ma.Schema):
     role = ma.fields.String(required=True, validate=validate.OneOf(ROLES))
     team = ma.fields.String()
     active = ma.fields.Boolean(load_default=True)
+    # DESIGN section 20; left out, a cap stays as it was (TOML has no null: the API clears one).
+    max_open_leads = ma.fields.Integer(strict=True, validate=validate.Range(min=0))
+    daily_leads = ma.fields.Integer(strict=True, validate=validate.Range(min=0))
 
     @ma.validates_schema
     def _team_for_non_admins(self, data, **kwargs):
@@ -510,7 +513,8 @@ def apply_setup(data: dict[str, Any], secret_key: str = "") -> SetupResult:
             team = teams[item["team"]] if item.get("team") else None
             members[email] = _upsert(Member, workspace, {"email": email},
                                      {"name": item["name"], "role": item["role"], "team": team,
-                                      "active": item["active"]})
+                                      "active": item["active"],
+                                      **{cap: item[cap] for cap in ("max_open_leads", "daily_leads") if cap in item}})
         result.members = {email: m.public_id for email, m in members.items()}
 
         statuses = {s.name: s for s in Status.select().where(Status.workspace == workspace.id)}

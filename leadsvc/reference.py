@@ -1,5 +1,5 @@
-"""Reference data: the public ids a client must send (statuses, sources, members, teams, custom fields,
-lost reasons, forms), served from the workspace's cached reference tables (refs.py); forms, which
+"""Reference data: the public ids a client must send (statuses, sources, teams, custom fields, lost
+reasons, forms; members are members.py's), served from the workspace's cached reference tables (refs.py); forms, which
 no lead document needs, are read from the database."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from flask import url_for
 from flask.views import MethodView
 
 from .auth import caller, requires
-from .documents import (CustomFieldSchema, FormSchema, LostReasonSchema, MemberSchema, SourceSchema, StatusSchema,
-                        TeamSchema, page_of, whole_page)
+from .documents import (CustomFieldSchema, FormSchema, LostReasonSchema, SourceSchema, StatusSchema, TeamSchema,
+                        page_of, whole_page)
 from .extensions import Blueprint
 from .models import Form, Source
 from .refs import request_refs
@@ -42,21 +42,6 @@ class Sources(MethodView):
     def get(self):
         """List the lead sources"""
         return whole_page(request_refs().sources.values())
-
-
-@blp.route("/members")
-class Members(MethodView):
-    @blp.doc(operationId="listMembers")
-    @requires()
-    @blp.arguments(NoQuery, location="query", as_kwargs=True)
-    @blp.response(200, page_of(MemberSchema))
-    def get(self):
-        """List the workspace's members"""
-        refs = request_refs()
-        # The team from the cached teams: a member row's own `team` would be read from the database.
-        return whole_page({"public_id": member.public_id, "name": member.name, "email": member.email,
-                           "role": member.role, "team": refs.teams.get(member.team_id), "active": member.active}
-                          for member in refs.members.values())
 
 
 @blp.route("/teams")

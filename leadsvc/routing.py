@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 import peewee as pw
 
-from .db import for_update
+from .db import database, for_update
 from .models import Lead, Member, OpenLeadCount, Rule, Status, Workspace, utcnow
 
 
@@ -263,17 +263,25 @@ class DatabaseGate:
             allowed.append(row.open_leads < member.max_open_leads)
         if member.daily_leads is not None:
             allowed.append(row.routed_on.is_null() | (row.routed_on != today) | (row.routed_today < member.daily_leads))
-        counted = (row.insert(member=member.id, open_leads=0, routed_on=self.today, routed_today=1)
-                   .on_conflict(conflict_target=[row.member],
-                                update={row.routed_today: pw.Case(None, [(row.routed_on == today, row.routed_today + 1)], 1),
-                                        row.routed_on: today},
-                                where=functools.reduce(operator.and_, allowed) if allowed else None)
-                   .returning(row.member).tuples().execute())
-        if next(iter(counted), None) is not None:
+        count = (row.insert(member=member.id, open_leads=0, routed_on=today, routed_today=1)
+                 .on_conflict(conflict_target=[row.member],
+                              update={row.routed_today: pw.Case(None, [(row.routed_on == today, row.routed_today + 1)], 1),
+                                      row.routed_on: today},
+                              where=functools.reduce(operator.and_, allowed) if allowed else None)
+                 .returning(row.member).tuples())
+        if not allowed:
+            count.execute()
             return None
+        # In a savepoint: PostgreSQL locks the row even when the cap refuses, and this create may
+        # go on to lock another rule's row, which a create waiting for this row may hold. Rolling
+        # the savepoint back lets the row go.
+        with database.atomic() as savepoint:
+            if next(iter(count.execute()), None) is not None:
+                return None
+            savepoint.rollback()
         current = row.get_by_id(member.id)
         return self._over(member, current.open_leads,
-                          current.routed_today if current.routed_on == self.today else 0) or "max_open_leads"
+                          current.routed_today if current.routed_on == today else 0) or "max_open_leads"
 
 
 def route(workspace: Workspace, lead: Mapping[str, Any], members: Mapping[int, Member], rules: list[Rule]) -> Assignment:
