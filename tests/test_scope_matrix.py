@@ -42,6 +42,8 @@ class Endpoint:
     # the scope leaks into the body: notes, history, reports, CSV), "batch" (each item's new lead, in the
     # caller's workspace).
     shows: str = "lead"
+    # Statuses by caller where the rule is not the table's own (who may change a member, revoke a token).
+    answers: tuple[tuple[str, int], ...] = ()
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
@@ -67,6 +69,9 @@ class Endpoint:
         return "{connector}" in self.path
 
 
+# Members and tokens (DESIGN section 20): "{member}" is n2, a North agent (the North manager's
+# team); "{token}" a fresh token of n1, the agent caller's own member.
+FOREIGN_404 = (("foreign", 404),)
 ENDPOINTS = [
     Endpoint("GET", "/api/v1/leads", "leads:read", shows="leads"),
     Endpoint("POST", "/api/v1/leads", "leads:create", new_lead, success=201, shows="created"),
@@ -131,6 +136,20 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/connectors/{connector}/intakes", "connectors:manage", shows="other"),
     Endpoint("POST", "/api/v1/connectors/{connector}/intakes/{intake}/retry", "connectors:manage", shows="other"),
     Endpoint("POST", "/api/v1/connectors/{connector}/rotate-key", "connectors:manage", shows="other"),
+    Endpoint("POST", "/api/v1/members", "members:manage",
+             lambda t: {"name": "Matrix Admin", "email": f"matrix.{uuid.uuid4().hex}@t.test", "role": "admin"},
+             success=201, shows="other"),
+    Endpoint("PATCH", "/api/v1/members/me", None, lambda t: {"availability": "available"}, shows="other"),
+    Endpoint("PATCH", "/api/v1/members/{member}", "members:manage", lambda t: {"name": "Nora Agent"}, shows="other",
+             answers=FOREIGN_404),
+    Endpoint("PATCH", "/api/v1/members/{member}", None, lambda t: {"availability": "available"}, shows="other",
+             answers=(("agent", 403), *FOREIGN_404)),
+    Endpoint("POST", "/api/v1/members/{member}/tokens", "members:manage",
+             lambda t: {"name": "matrix", "abilities": ["leads:read"]}, success=201, shows="other",
+             answers=FOREIGN_404),
+    Endpoint("GET", "/api/v1/tokens", None, shows="other"),
+    Endpoint("DELETE", "/api/v1/tokens/{token}", None, success=204, shows="other",
+             answers=(("manager", 404), ("lacking", 404), *FOREIGN_404)),
 ]
 MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
@@ -150,6 +169,8 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
     """The documented answer: 401, then 403, then 404 outside the scope."""
     if caller == "revoked":
         return 401
+    if caller in dict(endpoint.answers):
+        return dict(endpoint.answers)[caller]
     role = caller if caller in ROLE_EMAILS else "admin"   # lacking, revoked and foreign are admins' tokens
     if endpoint.ability and (caller == "lacking" or endpoint.ability in excluded_for(role)):
         return 403
@@ -246,6 +267,10 @@ def test_scope_matrix(client, world, endpoint, caller, target):
             .replace("{task}", lead.get("task", "")) if lead else endpoint.path)
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
+    path = path.replace("{member}", world.ws.ids.members["n2@t.test"])
+    if "{token}" in path:
+        token, _ = issue_token(world.ws.member(ROLE_EMAILS["agent"]), ["leads:read"], name="matrix")
+        path = path.replace("{token}", token.public_id)
     if world.connector:
         path = path.replace("{connector}", world.connector["id"]).replace("{intake}", world.connector["intake"])
     headers = world.headers(caller, endpoint)
