@@ -99,16 +99,18 @@ def leadsvc(env: dict[str, str], cwd: Any, *args: str) -> str:
     return result.stdout
 
 
-def race(base_url: str, racers: int, method: str, path: str, **kwargs) -> list[Reply]:
-    """`racers` identical requests released at the same moment, each on its own connection."""
+def race(base_url: str, racers: int, method: str, path: str, each: Callable[[int], dict] | None = None,
+         **kwargs) -> list[Reply]:
+    """`racers` requests released at the same moment, each on its own connection: identical, or
+    racer n's with the arguments each(n) adds."""
     barrier = threading.Barrier(racers)
     replies: list[Reply] = []
 
-    def run() -> None:
+    def run(n: int) -> None:
         barrier.wait()
-        replies.append(call(base_url, method, path, **kwargs))
+        replies.append(call(base_url, method, path, **kwargs, **(each(n) if each else {})))
 
-    threads = [threading.Thread(target=run) for _ in range(racers)]
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(racers)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -1,9 +1,7 @@
 """The team (DESIGN section 20): availability, capacity, routing with both, members and tokens by API."""
 
 import json
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, time, timedelta
 
 import pytest
@@ -12,7 +10,7 @@ from conftest import NOBODY, bearer, lead_body, owner_email, register_webhook, w
 from leadsvc import members as members_module, routing
 from leadsvc.fields import rfc3339
 from leadsvc.models import Activity, Event, Lead, Member, OpenLeadCount, Token, utcnow
-from served import call
+from served import race
 
 NORTH_ROUND_ROBIN = {"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}
 
@@ -215,19 +213,11 @@ def test_16_concurrent_creates_never_push_a_member_past_its_caps(live_server, ma
     ws = make_workspace(with_rules(
         {"name": "Referrals to Neel", "when": {"source": ["Referral"]}, "assign": {"member": "n1@t.test"}},
         NORTH_ROUND_ROBIN, members=with_members(n1={"max_open_leads": 3}, n2={"daily_leads": 4})))
-    headers = ws.headers()
-    start = threading.Barrier(16)
-
-    def post(n):
-        start.wait()
-        source = ws.ids.sources["Referral" if n % 2 else "Website"]
-        reply = call(live_server, "POST", "/api/v1/leads", json_body=lead_body(ws, source=source), headers=headers)
-        return reply.status, reply.json()
-
-    with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(post, range(16)))
-    assert [status for status, _ in results] == [201] * 16, results
-    owners = Counter(owner_email(ws, payload["data"]) if payload["data"]["owner"] else None for _, payload in results)
+    replies = race(live_server, 16, "POST", "/api/v1/leads", headers=ws.headers(), each=lambda n: {
+        "json_body": lead_body(ws, source=ws.ids.sources["Referral" if n % 2 else "Website"])})
+    assert [reply.status for reply in replies] == [201] * 16, [reply.json() for reply in replies]
+    results = [reply.json() for reply in replies]
+    owners = Counter(owner_email(ws, payload["data"]) for payload in results)
     assert owners == {"n1@t.test": 3, "n2@t.test": 4, "s1@t.test": 9}
     assert OpenLeadCount.get_by_id(ws.member("n1@t.test").id).open_leads == 3
     assert OpenLeadCount.get_by_id(ws.member("n2@t.test").id).routed_today == 4
