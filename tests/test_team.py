@@ -6,10 +6,11 @@ from datetime import datetime, time, timedelta
 
 import pytest
 
-from conftest import NOBODY, bearer, lead_body, owner_email, register_webhook, with_rules
+from conftest import NOBODY, bearer, lead_body, owner_email, register_webhook, standard_setup, with_rules
 from leadsvc import members as members_module, routing
 from leadsvc.fields import rfc3339
 from leadsvc.models import Activity, Event, Lead, Member, OpenLeadCount, Token, utcnow
+from leadsvc.provision import SetupError, parse_setup
 from served import race
 
 NORTH_ROUND_ROBIN = {"name": "North", "assign": {"team": "North", "strategy": "round_robin"}}
@@ -365,3 +366,19 @@ def test_no_token_of_another_workspace_is_listed_or_revoked(client, ws, other_ws
     assert theirs["id"] not in {t["id"] for t in listed}
     assert client.delete(f"/api/v1/tokens/{theirs['id']}", headers=ws.headers()).status_code == 404
     assert Token.get(Token.public_id == theirs["id"]).revoked_at is None
+
+
+def test_least_open_counts_open_leads_among_the_eligible(client, make_lead, make_workspace):
+    ws = make_workspace(with_rules({"name": "North", "assign": {"team": "North", "strategy": "least_open"}},
+                                   members=with_members(n1={"max_open_leads": 1})))
+    owners = [owner_email(ws, make_lead(ws)).split("@")[0] for _ in range(3)]
+    assert owners == ["n1", "n2", "n2"]   # n1 has fewest first; then it is full, and n2 takes the rest
+
+
+@pytest.mark.parametrize("cap", [-1, 1.5, "2"])
+def test_a_setup_file_cap_must_be_an_integer_of_0_or_more(cap):
+    data = standard_setup("Caps")
+    data["members"][3]["max_open_leads"] = cap
+    with pytest.raises(SetupError) as failure:
+        parse_setup(data)
+    assert "members[3].max_open_leads" in str(failure.value)
