@@ -245,10 +245,7 @@ def issue_member_token(member: Member, data: Mapping[str, Any]) -> tuple[Token, 
     except ValueError as exc:
         raise ValidationFailed.field("abilities", str(exc)) from None
     with transaction():
-        token, secret = issue_token(member, data["abilities"], name=data["name"],
-                                    expires_in_days=data.get("expires_in_days"))
-    token.member = member
-    return token, secret
+        return issue_token(member, data["abilities"], name=data["name"], expires_in_days=data.get("expires_in_days"))
 
 
 def token_scope(who: Caller) -> pw.Expression:
