@@ -1,9 +1,11 @@
 """Distribution rules: who gets a new lead, and why. API creates, web forms and imports all call `route`.
 
 Rules are tried in position order; the first whose conditions all hold and that has someone
-active to give the lead to assigns it. Otherwise the fallback is round robin over every active
-agent of the workspace. `Router` is that choice; where its state lives is a `Turns`: in the
-database for the API, web forms and imports (`route`), in memory for synthetic demo data.
+eligible to give the lead to assigns it. Otherwise the fallback is round robin over every active
+agent of the workspace, and with nobody eligible there the lead stays unassigned. Eligible is
+active, available and under both caps (DESIGN section 20), as a `Gate` says. `Router` is that
+choice; where its state lives is a `Turns`: in the database for the API, web forms and imports
+(`route`, with `DatabaseGate`), in memory for synthetic demo data (no gate: every active agent).
 
 In the database, rotation state is on the rule (or, for the fallback, the workspace) that
 rotates, and the create transaction locks that one row before reading it; least-open locks the
@@ -51,10 +53,9 @@ class Assignment:
 def availability_of(member: Any, now: datetime) -> str:
     """The member's availability as of now: away or on leave until a time that has passed is
     available again, without anything having to run."""
-    availability = getattr(member, "availability", "available")
-    if availability != "available" and member.until is not None and member.until <= now:
+    if member.availability != "available" and member.until is not None and member.until <= now:
         return "available"
-    return availability
+    return member.availability
 
 
 def until_of(member: Any, now: datetime) -> datetime | None:

@@ -22,6 +22,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from conftest import intake_fixture, with_connectors
+from leadsvc.auth import issue_token
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -46,7 +47,8 @@ def api_schema(app, ws, real_ids, monkeypatch):
                         "CONTRACT_WEBHOOK": real_ids["webhook"][0], "CONTRACT_SPARE_WEBHOOK": real_ids["webhook"][1],
                         "CONTRACT_DELIVERY": real_ids["delivery"][0], "CONTRACT_NOTE": real_ids["note"][0],
                         "CONTRACT_SPARE_NOTE": real_ids["note"][1], "CONTRACT_TASK": real_ids["task"][0],
-                        "CONTRACT_CONNECTOR": real_ids["connector"][0], "CONTRACT_INTAKE": real_ids["intake"][0]}.items():
+                        "CONTRACT_CONNECTOR": real_ids["connector"][0], "CONTRACT_INTAKE": real_ids["intake"][0],
+                        "CONTRACT_MEMBER": real_ids["agent"][0], "CONTRACT_REVOCABLE_TOKEN": real_ids["token"][0]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -69,7 +71,10 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     landline["RESPONSE"]["SENDER_MOBILE"] = "+91-11-23456789"   # a rejected intake, which a retry runs again
     intake = client.post(f"{indiamart['url']}/{indiamart['key']}", json=landline).json["data"]["intakes"][0]
     ids = ws.ids
-    return {"connector": [indiamart["id"]], "intake": [intake], "ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
+    # Member routes take agents (the run's own admin stays an admin); the revoke another agent's token.
+    agents = [ids.members[email] for email in ("n1@t.test", "n2@t.test", "s1@t.test")]
+    token = issue_token(ws.member("s1@t.test"), ["leads:read"], name="fuzz")[0].public_id
+    return {"agent": agents, "token": [token], "connector": [indiamart["id"]], "intake": [intake], "ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
             "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery],
             "note": notes, "task": [task]}
@@ -96,9 +101,9 @@ def grounded(value: Any, real_ids: dict[str, list[str]]) -> Any:
 @settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_openapi_document(case, ws, real_ids):
-    lead_id = (case.path_parameters or {}).get("public_id")
-    if isinstance(lead_id, str) and PUBLIC_ID.match(lead_id):   # a malformed id stays: it must be refused
-        case.path_parameters["public_id"] = pick(lead_id, real_ids["ld"])
+    path_id = (case.path_parameters or {}).get("public_id")
+    if isinstance(path_id, str) and PUBLIC_ID.match(path_id):   # a malformed id stays: it must be refused
+        case.path_parameters["public_id"] = pick(path_id, real_ids["agent" if path_id.startswith("mem_") else "ld"])
     if isinstance(case.body, (dict, list)):
         case.body = grounded(case.body, real_ids)
     case.call_and_validate(headers=ws.headers())   # tests/contract_hooks.py makes Idempotency-Keys fresh
