@@ -73,11 +73,12 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_schemathesis_from_outside_finds_no_failure(served_demo, tmp_path):
     server, token = served_demo
+    # A bound, not a measure: the run grows with every operation, and a shared machine slows it.
     result = subprocess.run(
         [str(ST), "run", f"{server.url}/api/v1/openapi.json", "--checks", "all",
          "--phases", "examples,coverage,fuzzing,stateful", "--max-examples", str(MAX_EXAMPLES),
          "--seed", str(SEED), "--no-color"],
-        cwd=ROOT, env={**clean_env(), **contract_ids(server.url, token)}, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env={**clean_env(), **contract_ids(server.url, token)}, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr
     published = json.loads((ROOT / "schemas" / "openapi.json").read_text(encoding="utf-8"))
     operations = sum(method in METHODS for item in published["paths"].values() for method in item)
