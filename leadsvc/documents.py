@@ -324,6 +324,8 @@ class SubjectLeadSchema(LeadSchema):
         "description": "All of its tasks, open and closed, oldest first."})
     transitions = ma.fields.List(ma.fields.Nested("TransitionSchema"), required=True)
     consents = ma.fields.List(ma.fields.Nested(ConsentSchema), required=True)
+    merged_into = ma.fields.String(metadata={
+        "description": "A merged lead (DESIGN section 21): the lead it was merged into, which holds its history."})
     audit = ma.fields.List(ma.fields.Nested("AuditEntrySchema"), required=True)
 
 

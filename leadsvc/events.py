@@ -33,7 +33,9 @@ from .refs import Refs
 LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assigned", "lead.duplicate_submitted",
                "lead.note_added", "lead.note_edited", "lead.note_deleted", "lead.activity_logged", "lead.erased",
                # Fired by the clock (lead_timers.py): its response due time passed unanswered; it went stale.
-               "lead.response_overdue", "lead.stale")
+               "lead.response_overdue", "lead.stale",
+               # A merge (merge.py): data.merged and data.merge; its undo: data.unmerged and data.merge.
+               "lead.merged", "lead.unmerged")
 # What happens to a lead's follow-ups (data: the task and its lead); task.due and task.overdue are
 # fired by the clock, at the task's reminder and due times.
 TASK_EVENTS = ("task.created", "task.updated", "task.completed", "task.cancelled", "task.due", "task.overdue")

@@ -139,9 +139,13 @@ class IntakeIdConverter(BaseConverter):
     regex = public_id_regex("in_")
 
 
+class MergeIdConverter(BaseConverter):
+    regex = public_id_regex("mrg_")
+
+
 CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter,
               "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter, "connector_id": ConnectorIdConverter,
-              "intake_id": IntakeIdConverter}
+              "intake_id": IntakeIdConverter, "merge_id": MergeIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:
