@@ -435,7 +435,7 @@ class AuditEntrySchema(ma.Schema):
     action = ma.fields.String(required=True, metadata={
         "enum": ["created", "updated", "status_changed", "note_added", "note_edited", "note_deleted",
                  "activity_logged", "task_created", "task_updated", "task_completed", "task_cancelled", "consent_given",
-                 "consent_withdrawn", "erased"]})
+                 "consent_withdrawn", "erased", "merged", "unmerged"]})
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)

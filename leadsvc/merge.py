@@ -70,6 +70,10 @@ class MergeSchema(ma.Schema):
     dry_run = JsonBoolean(load_default=False, metadata={
         "description": "Answer the lead as it would be and what would move, changing nothing."})
 
+    class Meta:
+        json_schema = {"properties": {"prefer": {"propertyNames": {
+            "pattern": "^(" + "|".join(FIELDS) + r"|custom_fields\.[a-z][a-z0-9_]{0,63})$"}}}}
+
 
 class MergeRefSchema(ma.Schema):
     id = ma.fields.String(required=True)
