@@ -305,7 +305,8 @@ def _merge(survivor: Lead, duplicates: Sequence[Lead], taken: Mapping[str, Lead]
         if model is Task:
             moved.update(lead_owner=survivor.owner_id, lead_team=survivor.team_id)
         model.update(**moved).where(model.lead.in_(dup_ids)).execute()
-    followups.sync_lead(survivor)
+    for lead in (survivor, *duplicates):
+        followups.sync_lead(lead)
     for task in Task.select().where(Task.id.in_(list(reassigned))) if reassigned else ():
         followups.arm_reminders(task)
 

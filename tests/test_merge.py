@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from conftest import email_lead_body, lead_body, new_phone, register_webhook
+from conftest import FORM_ORIGIN, email_lead_body, register_webhook, with_form
 from leadsvc.models import Activity, AuditEntry, Event, Lead, Merge, MergeMove, Task, Transition, utcnow
 from served import call
 
@@ -131,6 +131,19 @@ def test_every_contact_of_the_merged_leads_finds_the_survivor(client, ws, make_l
     taken = client.patch(f"/api/v1/leads/{make_lead(ws)['id']}", json={"phone": survivor["contact"]["phone"]},
                          headers=ws.headers())
     assert taken.status_code == 409
+
+
+def test_a_web_form_submission_with_a_merged_leads_phone_finds_the_survivor(client, make_workspace, make_lead):
+    ws = make_workspace(with_form)
+    survivor, duplicate = make_lead(ws), make_lead(ws)
+    merge(client, ws, survivor["id"], duplicate["id"])
+    form = ws.ids.forms["Website enquiry"]
+    sent = client.post(f"/api/v1/forms/{form}/submissions", json={"phone": duplicate["contact"]["phone"]},
+                       headers={"Origin": FORM_ORIGIN})
+    assert sent.status_code in (200, 201), sent.get_data(as_text=True)
+    submissions = Activity.select().where((Activity.kind == "duplicate_submission") & (
+        Activity.lead == Lead.get(Lead.public_id == survivor["id"]).id))
+    assert submissions.count() == 1
 
 
 def test_prefer_picks_the_lead_a_field_comes_from(client, ws, make_lead):
