@@ -375,19 +375,21 @@ Lead.add_index(Lead.index(Lead.workspace, Lead.phone, unique=True, where=Lead.ph
 Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.email.is_null(False),
                           name="lead_workspace_id_email"))
 # Lost leads by reason, for the conversion report (0010): only the leads that have one.
-Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, where=Lead.lost_reason.is_null(False),
-                          name="lead_workspace_id_lost_reason_id_status_id"))
+Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, Lead.merged_into,
+                          where=Lead.lost_reason.is_null(False), name="lead_workspace_id_lost_reason_id_status_id"))
 # Search by the end of a phone (0008).
 Lead.add_index(Lead.index(Lead.workspace, Lead.phone_reversed, where=Lead.phone_reversed.is_null(False),
                           name="lead_workspace_id_phone_reversed"))
 # The response report for a whole workspace (0019): its counts by owner and source read the first
 # index in its order, and each percentile walks the seconds of one owner, one source or all leads
-# in order. The seconds' indexes hold only responded leads, so a create writes none of them.
+# in order. The seconds' indexes hold only responded leads, so a create writes none of them. Each
+# ends with merged_into (0024), as the conversion report's does: the scope's condition on it is read
+# from the index too.
 Lead.add_index(Lead.index(Lead.workspace, Lead.owner, Lead.source, Lead.response_due_at, Lead.first_response_at,
-                          where=Lead.response_due_at.is_null(False),
+                          Lead.merged_into, where=Lead.response_due_at.is_null(False),
                           name="lead_workspace_id_owner_id_source_id_response"))
 for _group in ((Lead.owner,), (Lead.source,), ()):
-    Lead.add_index(Lead.index(Lead.workspace, *_group, Lead.first_response_seconds,
+    Lead.add_index(Lead.index(Lead.workspace, *_group, Lead.first_response_seconds, Lead.merged_into,
                               where=Lead.response_due_at.is_null(False) & Lead.first_response_seconds.is_null(False),
                               name="_".join(["lead_workspace_id", *(f.column_name for f in _group),
                                              "first_response_seconds"])))
