@@ -8,6 +8,7 @@ admin.
 
     .venv/bin/python bench/inprocess.py sqlite:///bench/.cache/small.sqlite3 -n 3000
     .venv/bin/python bench/inprocess.py sqlite:///... --path /healthz
+    .venv/bin/python bench/inprocess.py sqlite:///... --path merge -n 20 --warm 0
     .venv/bin/python bench/inprocess.py sqlite:///... --profile out.prof     # cProfile of the loop
 
 Instructions per request: run under `valgrind --tool=callgrind --callgrind-out-file=/dev/null`
@@ -35,6 +36,7 @@ from pathlib import Path
 from run import CACHE, INTAKE_UNLIMITED, bench_connector, demo, service_env
 
 INTERESTS = ("2bhk", "3bhk", "villa", "plot")
+MERGE_ACTIVITIES = 1000   # the duplicate's history in --path merge (DESIGN section 21: a merge of it under 1 s)
 
 
 def main() -> None:
@@ -42,7 +44,9 @@ def main() -> None:
     parser.add_argument("url", help="sqlite:///path or postgresql://... of a database with the demo workspace")
     parser.add_argument("--path", default="create",
                         help="create (POST /api/v1/leads), batch (POST /api/v1/leads/batch, 100 new leads), intake "
-                             "(a Google Ads lead form webhook, as bench/wrk/intake.lua sends), or a path to GET")
+                             "(a Google Ads lead form webhook, as bench/wrk/intake.lua sends), merge (POST "
+                             "/api/v1/leads/{id}/merge of a lead with MERGE_ACTIVITIES activities into a new one; "
+                             "only the merges are measured), or a path to GET")
     parser.add_argument("-n", type=int, default=2000, help="requests measured")
     parser.add_argument("--warm", type=int, default=50, help="requests before measuring")
     parser.add_argument("--app", choices=("leadsvc", "baseline"), default="leadsvc")
@@ -69,14 +73,20 @@ def main() -> None:
         statuses[status[:3]] = statuses.get(status[:3], 0) + 1
 
     def one() -> None:
-        environ = {"create": send.create, "batch": send.batch, "intake": send.intake}.get(
+        environ = {"create": send.create, "batch": send.batch, "intake": send.intake, "merge": send.merge}.get(
             args.path, lambda: send.get(args.path))()
         body = app(environ, start_response)
         b"".join(body)
         getattr(body, "close", lambda: None)()
 
+    if args.path == "merge":
+        send.prepare_merge = lambda: send.merge_pair(app)
+        send.prepare_merge()
+
     for _ in range(args.warm):
         one()
+        if args.path == "merge":
+            send.prepare_merge()
     statuses.clear()
     profile = None
     if args.profile:
@@ -91,6 +101,11 @@ def main() -> None:
         started = time.perf_counter()
         one()
         times.append(time.perf_counter() - started)
+        if args.path == "merge":   # the next pair, not measured
+            paused, paused_cpu = time.perf_counter(), time.process_time()
+            send.prepare_merge()
+            wall += time.perf_counter() - paused
+            cpu += time.process_time() - paused_cpu
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     server_cpu = server.seconds()
     server_blocks = server.blocks_since() if server_cpu is not None else None
@@ -160,6 +175,26 @@ class Requests:
         return {"first_name": "Bench", "last_name": "Lead", "phone": phone, "source": pick.choice(self.sources),
                 "estimated_value": pick.randint(20, 300) * 100000,
                 "custom_fields": {"product_interest": pick.choice(INTERESTS)}}
+
+    def merge_pair(self, app) -> None:
+        """A new survivor and a new duplicate with MERGE_ACTIVITIES activities, for the next merge."""
+        from leadsvc.models import Activity, Lead
+
+        ids = []
+        for _ in range(2):
+            environ = self._environ("POST", "/api/v1/leads", json.dumps(self._lead(duplicate_share=0)).encode())
+            ids.append(json.loads(b"".join(app(environ, lambda *args: None)))["data"]["id"])
+        duplicate = Lead.get(Lead.public_id == ids[1])
+        rows = [{"workspace": duplicate.workspace_id, "lead": duplicate.id, "kind": "call", "summary": f"Call {n}",
+                 "data": {}} for n in range(MERGE_ACTIVITIES)]
+        for start in range(0, len(rows), 200):
+            Activity.insert_many(rows[start:start + 200]).execute()
+        self.pair = ids
+
+    def merge(self) -> dict:
+        survivor, duplicate = self.pair
+        return self._environ("POST", f"/api/v1/leads/{survivor}/merge",
+                             json.dumps({"duplicates": [duplicate]}).encode())
 
     def get(self, path: str) -> dict:
         path, _, query = path.partition("?")

@@ -9,8 +9,8 @@ from flask_limiter import ExemptionScope
 from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (connectors, db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, metrics,
-               members, observability, openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
+from . import (connectors, db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, members,
+               merge, metrics, observability, openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
 from .config import load_settings
 from .extensions import register_converters
 from .intake import endpoints as intake_endpoints
@@ -38,7 +38,8 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     problems.init_app(app)
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, tasks.blp, privacy.blp, reports.blp,
-                      reference.blp, members.blp, forms.blp, webhooks.blp, connectors.blp, intake_endpoints.blp):
+                      reference.blp, members.blp, forms.blp, webhooks.blp, connectors.blp, intake_endpoints.blp,
+                      merge.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)

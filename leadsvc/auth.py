@@ -252,9 +252,10 @@ def _lead_bound(member: Member) -> tuple[pw.ForeignKeyField, int | None]:
 
 
 def lead_scope(who: Caller) -> pw.Expression:
-    """The leads a caller may see, as a condition on the lead table."""
+    """The leads a caller may see, as a condition on the lead table: never a merged lead (a
+    tombstone), which only its survivor stands for."""
     column, value = _lead_bound(who.member)
-    return column == value if value is not None else pw.SQL("1 = 0")
+    return (column == value) & Lead.merged_into.is_null() if value is not None else pw.SQL("1 = 0")
 
 
 def in_lead_scope(who: Caller, lead: Lead) -> bool:
@@ -280,8 +281,35 @@ def visible_lead_or_404(public_id: str) -> Lead:
         raise NotFound("There is no lead with this id.")
     lead = visible_leads().where(Lead.public_id == public_id).first()
     if lead is None:
-        raise NotFound(f"No lead {public_id}.")
+        raise lead_not_found(public_id, caller())
     return lead
+
+
+MERGE_HOPS = 10   # a survivor merged again is followed to its own survivor, this far at most
+
+
+def survivor_of(lead: Lead, lock: Callable[[pw.Select], pw.Select] | None = None) -> Lead | None:
+    """The lead a merged lead (a tombstone) now lives on: its survivor, followed through later
+    merges; the lead itself when it is no tombstone; None past MERGE_HOPS. `lock` (db.for_update)
+    locks each one read."""
+    for _ in range(MERGE_HOPS):
+        if lead is None or lead.merged_into_id is None:
+            return lead
+        query = Lead.select().where(Lead.id == lead.merged_into_id)
+        lead = (lock(query) if lock else query).first()
+    return None
+
+
+def lead_not_found(public_id: str, who: Caller) -> NotFound:
+    """The 404 for a lead the caller cannot see: with `merged_into` when it is a merged lead
+    whose survivor (followed through later merges) the caller sees, so that a client can follow it."""
+    merged = Lead.select().where((Lead.public_id == public_id) & (Lead.workspace == who.workspace.id)
+                                 & Lead.merged_into.is_null(False)).first()
+    survivor = survivor_of(merged) if merged is not None else None
+    if survivor is not None and in_lead_scope(who, survivor):
+        return NotFound(f"Lead {public_id} was merged into {survivor.public_id}.",
+                        members={"merged_into": survivor.public_id})
+    return NotFound(f"No lead {public_id}.")
 
 
 def visible_note_or_404(public_id: str) -> Note:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from .auth import lead_not_found
 from .db import for_update
 from .history import Actor
 from .models import Lead
@@ -28,8 +29,9 @@ def lock_lead(lead: Lead, actor: Actor) -> Lead:
     if actor.lead_scope is not None:
         query = query.where(actor.lead_scope)
     current = for_update(query).first()
-    if current is None:
-        raise NotFound(f"No lead {lead.public_id}.")
+    if current is None:   # out of scope, or merged meanwhile (a tombstone is in no scope)
+        raise lead_not_found(lead.public_id, actor.caller) if actor.caller is not None else NotFound(
+            f"No lead {lead.public_id}.")
     if current.erased_at is not None:
         raise Conflict(f"Lead {lead.public_id} was erased: its history stays, but it can no longer change.")
     return current

@@ -317,6 +317,8 @@ class SubjectLeadSchema(LeadSchema):
         "description": "All of its tasks, open and closed, oldest first."})
     transitions = ma.fields.List(ma.fields.Nested("TransitionSchema"), required=True)
     consents = ma.fields.List(ma.fields.Nested(ConsentSchema), required=True)
+    merged_into = ma.fields.String(metadata={
+        "description": "A merged lead (DESIGN section 21): the lead it was merged into, which holds its history."})
     audit = ma.fields.List(ma.fields.Nested("AuditEntrySchema"), required=True)
 
 
@@ -426,7 +428,7 @@ class AuditEntrySchema(ma.Schema):
     action = ma.fields.String(required=True, metadata={
         "enum": ["created", "updated", "status_changed", "note_added", "note_edited", "note_deleted",
                  "activity_logged", "task_created", "task_updated", "task_completed", "task_cancelled", "consent_given",
-                 "consent_withdrawn", "erased"]})
+                 "consent_withdrawn", "erased", "merged", "unmerged"]})
     changes = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Nested(AuditChangeSchema), required=True)
     request_id = ma.fields.String(allow_none=True, required=True)
     actor = ma.fields.Nested(ActorSchema, required=True)

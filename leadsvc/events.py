@@ -35,7 +35,9 @@ LEAD_EVENTS = ("lead.created", "lead.updated", "lead.status_changed", "lead.assi
                # Fired by the clock (lead_timers.py): its response due time passed unanswered; it went stale.
                "lead.response_overdue", "lead.stale",
                # Routing found nobody eligible (DESIGN section 20): the lead was created without an owner.
-               "lead.unassigned")
+               "lead.unassigned",
+               # A merge (merge.py): data.merged and data.merge; its undo: data.unmerged and data.merge.
+               "lead.merged", "lead.unmerged")
 # What happens to a lead's follow-ups (data: the task and its lead); task.due and task.overdue are
 # fired by the clock, at the task's reminder and due times.
 TASK_EVENTS = ("task.created", "task.updated", "task.completed", "task.cancelled", "task.due", "task.overdue")

@@ -147,9 +147,14 @@ class TokenIdConverter(BaseConverter):
     regex = public_id_regex("tok_")
 
 
+class MergeIdConverter(BaseConverter):
+    regex = public_id_regex("mrg_")
+
+
 CONVERTERS = {"lead_id": LeadIdConverter, "note_id": NoteIdConverter, "webhook_id": WebhookIdConverter,
               "delivery_id": DeliveryIdConverter, "task_id": TaskIdConverter, "connector_id": ConnectorIdConverter,
-              "intake_id": IntakeIdConverter, "member_id": MemberIdConverter, "token_id": TokenIdConverter}
+              "intake_id": IntakeIdConverter, "member_id": MemberIdConverter, "token_id": TokenIdConverter,
+              "merge_id": MergeIdConverter}
 
 
 def register_converters(app: Flask, api: flask_smorest.Api) -> None:

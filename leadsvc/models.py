@@ -345,6 +345,9 @@ class Lead(BaseModel):
     connector = pw.ForeignKeyField(Connector, null=True, index=False, backref="+")
     attribution = pw.JSONField(null=True)
     campaign = pw.CharField(max_length=200, null=True)
+    # A tombstone (0024): the survivor this lead was merged into. It keeps its phone and e-mail,
+    # so the contact indexes match them still, and auth.lead_scope leaves it out of every lead query.
+    merged_into = pw.ForeignKeyField("self", null=True, index=False, backref="+")
 
     class Meta:
         # A write names only the columns it changed: an UPDATE of owner or status fires the
@@ -370,8 +373,9 @@ class Lead(BaseModel):
             (("owner", "response_sort_at", "public_id"), False),
             # Reports (0003, 0021): conversion by status, source, owner, channel and campaign, and time
             # to won, from the index alone.
-            (("workspace", "status", "source", "owner", "channel", "campaign", "created_at", "status_changed_at"),
-             False),
+            # The merged_into column last (0024): the report leaves tombstones out from the index too.
+            (("workspace", "status", "source", "owner", "channel", "campaign", "created_at", "status_changed_at",
+              "merged_into"), False),
         )
 
 
@@ -383,19 +387,21 @@ Lead.add_index(Lead.index(Lead.workspace, Lead.phone, unique=True, where=Lead.ph
 Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.email.is_null(False),
                           name="lead_workspace_id_email"))
 # Lost leads by reason, for the conversion report (0010): only the leads that have one.
-Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, where=Lead.lost_reason.is_null(False),
-                          name="lead_workspace_id_lost_reason_id_status_id"))
+Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, Lead.merged_into,
+                          where=Lead.lost_reason.is_null(False), name="lead_workspace_id_lost_reason_id_status_id"))
 # Search by the end of a phone (0008).
 Lead.add_index(Lead.index(Lead.workspace, Lead.phone_reversed, where=Lead.phone_reversed.is_null(False),
                           name="lead_workspace_id_phone_reversed"))
 # The response report for a whole workspace (0019): its counts by owner and source read the first
 # index in its order, and each percentile walks the seconds of one owner, one source or all leads
-# in order. The seconds' indexes hold only responded leads, so a create writes none of them.
+# in order. The seconds' indexes hold only responded leads, so a create writes none of them. Each
+# ends with merged_into (0024), as the conversion report's does: the scope's condition on it is read
+# from the index too.
 Lead.add_index(Lead.index(Lead.workspace, Lead.owner, Lead.source, Lead.response_due_at, Lead.first_response_at,
-                          where=Lead.response_due_at.is_null(False),
+                          Lead.merged_into, where=Lead.response_due_at.is_null(False),
                           name="lead_workspace_id_owner_id_source_id_response"))
 for _group in ((Lead.owner,), (Lead.source,), ()):
-    Lead.add_index(Lead.index(Lead.workspace, *_group, Lead.first_response_seconds,
+    Lead.add_index(Lead.index(Lead.workspace, *_group, Lead.first_response_seconds, Lead.merged_into,
                               where=Lead.response_due_at.is_null(False) & Lead.first_response_seconds.is_null(False),
                               name="_".join(["lead_workspace_id", *(f.column_name for f in _group),
                                              "first_response_seconds"])))
@@ -560,6 +566,43 @@ class Task(Attributed):
         )
 
 
+class Merge(BaseModel):
+    """Leads merged into a survivor (DESIGN section 21, 0024), with what undoing it needs: the
+    survivor's merged fields before and after (`before`, `after`: {field: value} as the lead holds
+    them, foreign keys as ids), what the merge changed of each duplicate (`tombstones`: {lead id:
+    {"phone", "email", "response_due_at"}}) and the open tasks given to the survivor's owner (`reassigned`: {task id:
+    assignee id}). An erasure of any of its leads clears those (privacy.py): it cannot be undone then."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("mrg_")
+    survivor = pw.ForeignKeyField(Lead, on_delete="CASCADE", index=False, backref="+")
+    duplicates = pw.JSONField()                 # lead ids, in the order sent
+    before = pw.JSONField(null=True)
+    after = pw.JSONField(null=True)
+    tombstones = pw.JSONField(null=True)
+    reassigned = pw.JSONField(null=True)
+    actor_token = pw.ForeignKeyField(Token, null=True, backref="+", index=False)
+    actor_member = pw.ForeignKeyField(Member, null=True, backref="+", index=False)
+    created_at = pw.DateTimeField(default=utcnow)
+    undone_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("survivor", "created_at"), False),)
+
+
+class MergeMove(BaseModel):
+    """One history row a merge moved to its survivor, and the duplicate it came from (0024)."""
+
+    merge = pw.ForeignKeyField(Merge, on_delete="CASCADE", index=False, backref="+")
+    kind = pw.CharField(max_length=16)          # the table: activity, note, task, transition, consent, audit_entry
+    row_id = pw.IntegerField()
+    lead = pw.ForeignKeyField(Lead, on_delete="CASCADE", index=False, backref="+")
+
+    class Meta:
+        table_name = "merge_move"
+        indexes = ((("merge", "kind", "lead"), False),)
+
+
 class IdempotencyKey(BaseModel):
     """The recorded response of a POST that carried an Idempotency-Key, replayed to its retries."""
 
@@ -708,5 +751,5 @@ class Timer(BaseModel):
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
-    Webhook, Event, Delivery, Timer, Task, Connector, Intake,
+    Webhook, Event, Delivery, Timer, Task, Connector, Intake, Merge, MergeMove,
 ]

@@ -16,6 +16,7 @@ import marshmallow as ma
 import peewee as pw
 
 from . import events, followups, lead_timers, routing, search
+from .auth import survivor_of
 from .conditional import check_if_match, lock_lead
 from .consent import consent_again, new_consent
 from .custom_fields import check_custom_fields
@@ -99,7 +100,8 @@ def leads_with_contact(workspace_id: int, phone: str | None, email: str | None) 
 
 def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> tuple[Lead | None, list[str]]:
     """The existing lead with this phone (first) or e-mail, and which of the two it matched on,
-    locked until the transaction ends (in the caller's transaction).
+    locked until the transaction ends (in the caller's transaction); for a merged lead's contact,
+    its survivor.
 
     The lock keeps an erasure (or a change of contact) out until the duplicate's history is
     written, so that an erasure scrubs it; PostgreSQL checks a row it waited for against the
@@ -112,7 +114,8 @@ def find_duplicate(workspace_id: int, phone: str | None, email: str | None) -> t
     lead_id, lead_phone, lead_email = next((c for c in candidates if phone and c[1] == phone), candidates[0])
     matched = [name for name, value, theirs in (("phone", phone, lead_phone), ("email", email, lead_email))
                if value and theirs == value]
-    return Lead.get_by_id(lead_id), matched
+    # A merged lead keeps its phone and e-mail (merge.py): they match its survivor, locked too.
+    return survivor_of(Lead.get_by_id(lead_id), for_update), matched
 
 
 def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:

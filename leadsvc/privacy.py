@@ -17,7 +17,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from . import consent, events, idempotency
+from . import consent, events, idempotency, merge
 from .auth import caller, requires, visible_lead_or_404
 from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
@@ -42,24 +42,36 @@ PERSONAL_ATTRIBUTION = frozenset({"external_id", "gclid", "fbclid"})
 
 
 def erase_lead(lead: Lead, reason: str, actor: Actor, refs: Refs) -> Lead:
-    """Erase one lead's personal data (409 if it already was)."""
+    """Erase one lead's personal data (409 if it already was), and that of the leads merged with
+    it (merge.merged_group): the same person's."""
     with transaction():
         current = lock_lead(lead, actor)   # an erased lead is 409 here
         _erase(current, reason, actor, refs)
+        _erase_merged([current.id], reason, actor, refs)
     return current
 
 
 def erase_person(phone: str | None, email: str | None, reason: str, actor: Actor, refs: Refs) -> list[str]:
-    """Erase every lead of the actor's workspace with this phone or this e-mail; their public ids."""
-    erased = []
+    """Erase every lead of the actor's workspace with this phone or this e-mail, and the leads
+    merged with them (survivors and tombstones alike); their public ids."""
     with transaction():
         query = leads_with_contact(actor.workspace.id, phone, email)
         # Locked in one statement, in id order: a lead erased on its own meanwhile is then waited
         # for and no longer matches (its contact is null), instead of a 409 for the whole person.
-        for lead in for_update(query.order_by(Lead.id)) if query is not None else []:
-            current = lock_lead(lead, actor)
-            _erase(current, reason, actor, refs)
-            erased.append(current.public_id)
+        found = [lead.id for lead in for_update(query.order_by(Lead.id))] if query is not None else []
+        return _erase_merged(found, reason, actor, refs) if found else []
+
+
+def _erase_merged(lead_ids: list[int], reason: str, actor: Actor, refs: Refs) -> list[str]:
+    """Erase the leads merged with these (and these), those not erased yet, locked in id order;
+    their merges forget what they kept of them. The public ids erased."""
+    group = merge.merged_group(lead_ids)
+    erased = []
+    merge.forget(group)
+    for current in for_update(Lead.select().where((Lead.workspace == actor.workspace.id) & Lead.id.in_(group)
+                                                  & Lead.erased_at.is_null()).order_by(Lead.id)):
+        _erase(current, reason, actor, refs)
+        erased.append(current.public_id)
     return erased
 
 
@@ -130,8 +142,12 @@ def _scrub_reason(reason: dict[str, Any], personal: set[str]) -> dict[str, Any]:
 def subject_document(workspace: Workspace, phone: str | None, email: str | None, refs: Refs) -> dict[str, Any]:
     """Everything the workspace holds about the person with this phone or e-mail (SubjectSchema)."""
     query = leads_with_contact(workspace.id, phone, email)
-    leads = list(query.select(Lead).order_by(Lead.id)) if query is not None else []
-    return {"leads": [_everything(lead, refs) for lead in leads]}
+    found = [lead_id for (lead_id,) in query.select(Lead.id).tuples()] if query is not None else []
+    # The leads merged with them too: a merged lead's history is on its survivor.
+    leads = list(Lead.select().where(Lead.id.in_(merge.merged_group(found))).order_by(Lead.id)) if found else []
+    survivors = {lead.id: lead.public_id for lead in leads}
+    return {"leads": [{**_everything(lead, refs), **({"merged_into": survivors.get(lead.merged_into_id)}
+                                                     if lead.merged_into_id else {})} for lead in leads]}
 
 
 def _everything(lead: Lead, refs: Refs) -> dict[str, Any]:

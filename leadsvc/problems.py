@@ -92,11 +92,12 @@ class Problem(Exception):
     code = "internal_error"
 
     def __init__(self, detail: str | None = None, *, errors: Mapping[str, list[str]] | None = None,
-                 headers: Mapping[str, str] | None = None):
+                 headers: Mapping[str, str] | None = None, members: Mapping[str, Any] | None = None):
         super().__init__(detail or self.code)
         self.detail = detail
         self.errors = dict(errors) if errors else None
         self.headers = dict(headers or {})
+        self.members = dict(members or {})   # extension members of the document (RFC 9457 3.2), as merged_into
 
 
 class Unauthenticated(Problem):
@@ -164,6 +165,8 @@ class ProblemSchema(ma.Schema):
     request_id = ma.fields.String(required=True)
     errors = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.List(ma.fields.String()),
                             metadata={"description": "Field -> messages, on validation failures."})
+    merged_into = ma.fields.String(metadata={
+        "description": "On a 404 for a lead that was merged: the lead it was merged into, when the caller sees it."})
 
 
 def problem_type(code: str) -> str:
@@ -175,8 +178,9 @@ def problem_type(code: str) -> str:
 
 def problem_response(status: int, code: str, detail: str | None = None, *,
                      errors: Mapping[str, list[str]] | None = None,
-                     headers: Mapping[str, str] | None = None) -> Response:
-    """The one place a problem document is built."""
+                     headers: Mapping[str, str] | None = None,
+                     members: Mapping[str, Any] | None = None) -> Response:
+    """The one place a problem document is built; `members` are its extension members."""
     body: dict[str, Any] = {
         "type": problem_type(code),
         "title": CODES[code][1],
@@ -187,6 +191,7 @@ def problem_response(status: int, code: str, detail: str | None = None, *,
     }
     if errors:
         body["errors"] = dict(errors)
+    body.update(members or {})
     response = current_app.json.response(body)   # the app's one JSON encoder
     response.status_code, response.mimetype = status, PROBLEM_MIMETYPE
     for name, value in (headers or {}).items():
@@ -241,7 +246,8 @@ class ProblemApi(flask_smorest.Api):
 
 
 def handle_problem(err: Problem) -> Response:
-    return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers)
+    return problem_response(err.status, err.code, err.detail, errors=err.errors, headers=err.headers,
+                            members=err.members)
 
 
 def handle_unexpected(err: Exception) -> Response:

@@ -39,8 +39,8 @@ def served_demo(tmp_path):
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
-    webhook and one of its deliveries, two notes, a task, a connector's and an intake's ids, an
-    agent, and a token of another agent."""
+    webhook and one of its deliveries, two notes, a task, a connector's, an intake's and a merge's
+    ids, an agent, and a token of another agent."""
     headers = bearer(token)
     reply = call(base, "POST", "/api/v1/leads", headers=headers,
                  json_body={"first_name": "Live", "email": "live@contract.test"})
@@ -67,7 +67,9 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
             "CONTRACT_SPARE_NOTE": spare_note["data"]["id"], "CONTRACT_TASK": task["data"]["id"],
             # The demo has no connector: well-formed ids reach the routes' checks, and answer 404.
             "CONTRACT_CONNECTOR": "conn_" + "0" * 22, "CONTRACT_INTAKE": "in_" + "0" * 22,
-            "CONTRACT_MEMBER": agent, "CONTRACT_REVOCABLE_TOKEN": revocable}
+            "CONTRACT_MEMBER": agent, "CONTRACT_REVOCABLE_TOKEN": revocable,
+            # Nor a merge: a well-formed id reaches the undo's checks.
+            "CONTRACT_MERGE": "mrg_" + "0" * 22}
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ only; for the North manager and agent it does not exist).
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Callable
@@ -32,7 +33,9 @@ def new_lead(tenant: Tenant) -> dict:
 class Endpoint:
     method: str
     path: str                                   # "{lead}": the target lead's id; "{note}": a note of it by its
-                                                # owner; "{task}": an open task on it, assigned to its owner
+                                                # owner; "{task}": an open task on it, assigned to its owner;
+                                                # "{merge}": a merge of another lead of its owner into it
+                                                # ("{duplicate}" in a body: such a lead, not merged yet)
     ability: str | None                         # None: any valid token will do
     body: Callable[[Tenant], dict] | None = None
     success: int = 200
@@ -50,7 +53,11 @@ class Endpoint:
 
     @property
     def addresses_a_lead(self) -> bool:
-        return "{lead}" in self.path or self.addresses_a_note or self.addresses_a_task
+        return "{lead}" in self.path or self.addresses_a_note or self.addresses_a_task or self.addresses_a_merge
+
+    @property
+    def addresses_a_merge(self) -> bool:
+        return "{merge}" in self.path
 
     @property
     def addresses_a_task(self) -> bool:
@@ -150,6 +157,8 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/tokens", None, shows="other"),
     Endpoint("DELETE", "/api/v1/tokens/{token}", None, success=204, shows="other",
              answers=(("manager", 404), ("lacking", 404), *FOREIGN_404)),
+    Endpoint("POST", "/api/v1/leads/{lead}/merge", "leads:update", lambda t: {"duplicates": ["{duplicate}"]}),
+    Endpoint("POST", "/api/v1/merges/{merge}/undo", "leads:update"),
 ]
 MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
@@ -244,6 +253,16 @@ def world(request, client, tenants) -> World:
                                headers=ws.headers(owner))
             assert note.status_code == 201, note.json
             leads[target]["note"] = note.json["data"]["id"]
+        if endpoint is not None and ("/merge" in endpoint.path):
+            duplicate = client.post("/api/v1/leads", json=new_lead(ws), headers=admin).json["data"]
+            assert client.patch(f"/api/v1/leads/{duplicate['id']}", json={"owner": ws.ids.members[owner]},
+                                headers=admin).status_code == 200
+            leads[target]["duplicate"] = duplicate["id"]
+            if endpoint.addresses_a_merge:
+                merged = client.post(f"/api/v1/leads/{lead['id']}/merge", json={"duplicates": [duplicate["id"]]},
+                                     headers=admin)
+                assert merged.status_code == 200, merged.json
+                leads[target]["merge"] = merged.json["merge"]["id"]
     webhook = None
     if endpoint is not None and endpoint.addresses_a_webhook:
         webhook = client.post("/api/v1/webhooks", json={"url": MATRIX_HOOK, "events": ["webhook.test"]},
@@ -264,7 +283,8 @@ def world(request, client, tenants) -> World:
 def test_scope_matrix(client, world, endpoint, caller, target):
     lead = world.leads.get(target)
     path = (endpoint.path.replace("{lead}", lead["id"]).replace("{note}", lead.get("note", ""))
-            .replace("{task}", lead.get("task", "")) if lead else endpoint.path)
+            .replace("{task}", lead.get("task", "")).replace("{merge}", lead.get("merge", "")) if lead
+            else endpoint.path)
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
     path = path.replace("{member}", world.ws.ids.members["n2@t.test"])
@@ -275,6 +295,8 @@ def test_scope_matrix(client, world, endpoint, caller, target):
         path = path.replace("{connector}", world.connector["id"]).replace("{intake}", world.connector["intake"])
     headers = world.headers(caller, endpoint)
     body = endpoint.body(world.ws) if endpoint.body else None
+    if body is not None and lead and "duplicate" in lead:
+        body = json.loads(json.dumps(body).replace("{duplicate}", lead["duplicate"]))
     response = client.open(path, method=endpoint.method, json=body, headers=headers)
 
     status = expected_status(endpoint, caller, target)
