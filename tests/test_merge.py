@@ -288,6 +288,21 @@ def test_undo_restores_each_lead_and_keeps_changes_made_since(client, ws, make_l
     assert post(client, ws, f"/api/v1/merges/{answer['merge']['id']}/undo").status_code == 409   # once
 
 
+def test_a_merged_lead_leaves_its_owners_open_leads_and_an_undo_gives_it_back(client, ws, make_lead):
+    def open_leads(email):
+        members = get(client, ws, "/api/v1/members").json["data"]
+        return next(m["open_leads"] for m in members if m["email"] == email)
+
+    survivor = make_lead(ws, "n1@t.test")
+    duplicate = make_lead(ws, "s1@t.test", phone=None, **email_lead_body())
+    before = {email: open_leads(email) for email in ("n1@t.test", "s1@t.test")}
+    answer = merge(client, ws, survivor["id"], duplicate["id"])
+    assert open_leads("s1@t.test") == before["s1@t.test"] - 1   # the tombstone is nobody's open lead
+    assert open_leads("n1@t.test") == before["n1@t.test"]
+    assert post(client, ws, f"/api/v1/merges/{answer['merge']['id']}/undo").status_code == 200
+    assert {email: open_leads(email) for email in before} == before
+
+
 def test_undo_is_refused_after_30_days_an_erasure_or_another_merge(client, ws, make_lead):
     def merged():
         survivor, duplicate = make_lead(ws, "n1@t.test"), make_lead(ws)
