@@ -29,7 +29,7 @@ from .fields import PublicId
 from .history import Actor, actor
 from .listing import LeadFilterQuery, filter_leads
 from .models import Job, JobItem, Lead, Member, Token, public_id_pattern, public_id_regex
-from .problems import Conflict, NotFound, UnsupportedMediaType, ValidationFailed, flatten_messages
+from .problems import PROBLEM_MIMETYPE, Conflict, NotFound, UnsupportedMediaType, ValidationFailed, flatten_messages
 from .refs import Refs, request_refs
 from .schemas import ON_DUPLICATE, LeadCreateSchema, TaskCreateSchema
 
@@ -317,11 +317,12 @@ class Imports(MethodView):
 
     @blp.doc(operationId="importLeads", requestBody={
         "required": True, "description": "The CSV file of `leadsvc import`: its header names the columns.",
-        "content": {"text/csv": {"schema": {"type": "string"}}}})
+        "content": {"text/csv": {"schema": {"type": "string"}}}}, responses={"413": {
+            "description": "The file is larger than api.max_import_bytes; nothing was created.",
+            "content": {PROBLEM_MIMETYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}})
     @requires("leads:create")
     @blp.arguments(ImportQuery(), location="query")
     @blp.response(202, one(JobSchema), description=ACCEPTED + " Its errors are the rows that failed.")
-    @blp.alt_response(413, response="PAYLOAD_TOO_LARGE")
     @blp.alt_response(415, response="UNSUPPORTED_MEDIA_TYPE")
     def post(self, query):
         """Import leads from a CSV file, each row as POST /api/v1/leads would create it"""
