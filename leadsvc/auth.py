@@ -251,6 +251,11 @@ def _lead_bound(member: Member) -> tuple[pw.ForeignKeyField, int | None]:
     return Lead.owner, member.id
 
 
+def lead_bound(who: Caller) -> tuple[pw.ForeignKeyField, int | None]:
+    """The lead column that bounds a caller's scope and the value it must hold (None: no lead)."""
+    return _lead_bound(who.member)
+
+
 def lead_scope(who: Caller) -> pw.Expression:
     """The leads a caller may see, as a condition on the lead table."""
     column, value = _lead_bound(who.member)

@@ -34,6 +34,7 @@ from .refs import Refs, request_refs
 from .schemas import ON_DUPLICATE, LeadCreateSchema, TaskCreateSchema
 
 MAX_LEADS = 10_000   # a bulk change's leads at most
+ID_BYTES = 48        # a lead id in a JSON list at most: quotes, comma and space included
 ROUTING = "routing"
 MEMBER_ID = public_id_pattern("mem_")
 # The ability each bulk action needs: the single change's (a PATCH of owner needs both).
@@ -49,10 +50,10 @@ blp = Blueprint("bulk", __name__, url_prefix="/api/v1",
 # --- what each job does to one item -----------------------------------------------------------
 
 def _lead(item: JobItem) -> Lead:
-    lead = Lead.get_or_none(Lead.id == item.lead)
-    if lead is None:
+    """The item's lead, as read with the batch (each change locks it again)."""
+    if item.lead is None:
         raise NotFound("The lead no longer exists.")
-    return lead
+    return item.lead
 
 
 def _assign(lead: Lead, to: str, actor: Actor, refs: Refs) -> None:
@@ -290,6 +291,9 @@ class MemberDeactivation(MethodView):
 
 @blp.route("/leads/bulk")
 class LeadsBulk(MethodView):
+    # Room for MAX_LEADS ids besides what any body may hold (extensions.body_limits).
+    max_body = staticmethod(lambda api: api["max_body_bytes"] + MAX_LEADS * ID_BYTES)
+
     @blp.doc(operationId="changeLeadsInBulk", description="Requires the ability of the action: assign needs "
                                                           "`leads:update` and `leads:assign`, move `leads:status`, "
                                                           "add_task `tasks:write`.")
@@ -313,7 +317,7 @@ class LeadsBulk(MethodView):
 
 @blp.route("/imports")
 class Imports(MethodView):
-    max_body_setting = "max_import_bytes"   # the CSV file, not a JSON body (extensions.body_limits)
+    max_body = staticmethod(lambda api: api["max_import_bytes"])   # the CSV file (extensions.body_limits)
 
     @blp.doc(operationId="importLeads", requestBody={
         "required": True, "description": "The CSV file of `leadsvc import`: its header names the columns.",

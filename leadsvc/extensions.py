@@ -106,14 +106,15 @@ def check_storable(data: Any, *, skip: tuple[str, ...] = ()) -> None:
 
 
 def body_limits(app: Flask) -> None:
-    """A view whose class names `max_body_setting` (an [api] setting) takes bodies up to that
-    size instead of max_body_bytes: set before any hook reads the body (register it first)."""
+    """A view whose class has `max_body(api_settings) -> bytes` takes bodies up to that size
+    instead of api.max_body_bytes (a CSV file, a bulk change's ids): set before any hook reads the
+    body, so register it first."""
     @app.before_request
     def _raise_the_limit() -> None:
         view = app.view_functions.get(request.endpoint) if request.endpoint else None
-        setting = getattr(getattr(view, "view_class", None), "max_body_setting", None)
-        if setting is not None:
-            request.max_content_length = app.config["LEADSVC"]["api"][setting]
+        max_body = getattr(getattr(view, "view_class", None), "max_body", None)
+        if max_body is not None:
+            request.max_content_length = max_body(app.config["LEADSVC"]["api"])
 
 
 class Blueprint(flask_smorest.Blueprint):

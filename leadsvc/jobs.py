@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping
 
 import marshmallow as ma
+import peewee as pw
 from flask.views import MethodView
 
 from . import clock
@@ -44,6 +45,9 @@ TIMER = "job"
 BATCH_ITEMS = 25
 BATCH_SECONDS = 0.05
 ITEM_CHUNK = 500   # item rows per INSERT, within every database's limit on parameters
+# What a batch reads of its items' leads: enough to name them, to lock them again, and to route them.
+LEAD_COLUMNS = (Lead.id, Lead.public_id, Lead.workspace, Lead.owner, Lead.team, Lead.source, Lead.estimated_value,
+                Lead.custom_fields)
 
 # do(job, item, actor, refs): one item, in a savepoint of the batch; raises Problem or
 # marshmallow's ValidationError when the item fails. `item` is the JobItem row.
@@ -99,8 +103,12 @@ def run_batch(job_id: int, due: datetime, now: datetime, settings: dict) -> None
     actor = Actor(workspace=workspace, token=token, member=member, request_id=job.request_id, caller=who)
     refs = cached_refs(workspace, settings)
     job.state = "running"
-    items = (JobItem.select().where((JobItem.job == job.id) & (JobItem.position >= job.position))
-             .order_by(JobItem.position).limit(BATCH_ITEMS))
+    # Each item with what the kinds read of its lead (each change locks the lead again), in one
+    # query for the batch.
+    items = list(JobItem.select(JobItem, *LEAD_COLUMNS)
+                 .join(Lead, pw.JOIN.LEFT_OUTER, on=(JobItem.lead == Lead.id))
+                 .where((JobItem.job == job.id) & (JobItem.position >= job.position))
+                 .order_by(JobItem.position).limit(BATCH_ITEMS))
     began = time.monotonic()
     for item in items:
         try:
@@ -114,7 +122,7 @@ def run_batch(job_id: int, due: datetime, now: datetime, settings: dict) -> None
         job.position = item.position + 1
         if time.monotonic() - began >= BATCH_SECONDS:
             break
-    if job.position >= job.total:
+    if job.position >= job.total or not items:
         _finish(job, "succeeded")
     else:
         clock.arm(TIMER, job.id, job.workspace_id, now)
@@ -125,8 +133,7 @@ def item_name(item: JobItem) -> str:
     """How the job's errors name an item: a CSV row by its number, else the lead's public id."""
     if item.data is not None and "row" in item.data:
         return f"row {item.data['row']}"
-    lead = Lead.select(Lead.public_id).where(Lead.id == item.lead).first()
-    return lead.public_id if lead is not None else f"item {item.position + 1}"
+    return item.lead.public_id if item.lead is not None else f"item {item.position + 1}"
 
 
 def _failed(job: Job, item: JobItem, exc: ma.ValidationError | Problem) -> None:

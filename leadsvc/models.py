@@ -725,7 +725,8 @@ class JobItem(BaseModel):
 
     job = pw.ForeignKeyField(Job, on_delete="CASCADE", index=False, backref="+")
     position = pw.IntegerField()
-    lead = pw.IntegerField(null=True)
+    # A lead deleted meanwhile leaves its item, which then fails as not found.
+    lead = pw.ForeignKeyField(Lead, null=True, on_delete="SET NULL", index=False, backref="+")
     data = pw.JSONField(null=True)
 
     class Meta:

@@ -4,7 +4,8 @@
   token (the actor of every change), its parameters and its position (every item before it is
   done, committed with that batch's work);
 - job_item: the job's items in order, fixed when the job is created: a lead by internal id or,
-  for an import, a CSV row (its number and cells). A finished job's items are deleted.
+  for an import, a CSV row (its number and cells). A finished job's items are deleted. Its lead
+  column has no index: the lead table's deletes (none but a workspace's) check it by a scan.
 """
 from peewee import *
 
@@ -24,6 +25,11 @@ def up(migrator, db):
         class Meta:
             database = db
             table_name = 'token'
+
+    class Lead(Model):
+        class Meta:
+            database = db
+            table_name = 'lead'
 
     class Job(Model):
         workspace = ForeignKeyField(Workspace, on_delete='CASCADE', index=False)
@@ -50,7 +56,7 @@ def up(migrator, db):
     class JobItem(Model):
         job = ForeignKeyField(Job, on_delete='CASCADE', index=False)
         position = IntegerField()
-        lead = IntegerField(null=True)
+        lead = ForeignKeyField(Lead, null=True, on_delete='SET NULL', index=False)
         data = JSONField(null=True)
 
         class Meta:
