@@ -15,6 +15,7 @@ Last, the clock: one tick with nothing due, in a process of its own on the same 
     .venv/bin/python bench/run.py --leads 20000 --intake-only          # Google Ads intakes against API creates
     .venv/bin/python bench/run.py --leads 2000 --clock-only            # one clock tick with nothing due
     .venv/bin/python bench/run.py --leads 20000 --jobs-only            # deactivation, bulk move, import jobs
+    .venv/bin/python bench/run.py --leads 20000 --jobs-only --jobs-worker   # the same, run by a `leadsvc worker`
     .venv/bin/python bench/run.py --compare --service-root ../other    # list, create and batch ratios of another checkout
 """
 
@@ -769,11 +770,13 @@ def wait_for_job(server: Server, token: str, job: dict, started: float) -> dict:
         time.sleep(0.2)
 
 
-def measure_jobs(db: Database, tokens: dict, seconds: float, service_root: str | None = None) -> dict:
-    """On a copy of the database, one serving process (its clock runs the jobs): a deactivation
-    whose job reassigns JOB_DEACTIVATED_LEADS open leads while clients PATCH other leads, then a
-    bulk move of JOB_LEADS leads and an import of JOB_LEADS rows while clients list leads, against
-    the list pages of the idle server."""
+def measure_jobs(db: Database, tokens: dict, seconds: float, service_root: str | None = None,
+                 worker: bool = False) -> dict:
+    """On a copy of the database, one serving process whose clock runs the jobs (with `worker`: a
+    `leadsvc worker` beside it runs them, its clock ticking every second): a deactivation whose job
+    reassigns JOB_DEACTIVATED_LEADS open leads while clients PATCH other leads, then a bulk move of
+    JOB_LEADS leads and an import of JOB_LEADS rows while clients list leads, against the list
+    pages of the idle server."""
     scratch = db.scratch()
     admin = tokens["tokens"][ROLES["admin"]]["token"]
     try:
@@ -800,9 +803,13 @@ def measure_jobs(db: Database, tokens: dict, seconds: float, service_root: str |
             moved = [row[0] for row in conn.execute(
                 f"SELECT public_id FROM lead WHERE workspace_id = {workspace} AND status_id IN ({in_open}) "
                 f"ORDER BY id LIMIT {JOB_LEADS}")]
+        clock_env = {"LEADSVC_CLOCK_IN_SERVE": "false"} if worker else {}
         leadsvc = Server("leadsvc-jobs-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port",
-                                                        str(LEADSVC_PORT)], leadsvc_env(scratch.url, service_root),
-                         LEADSVC_PORT)
+                                                        str(LEADSVC_PORT)],
+                         leadsvc_env(scratch.url, service_root, **clock_env), LEADSVC_PORT)
+        clock = subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "worker"], cwd=CACHE,
+                                 env=leadsvc_env(scratch.url, service_root, LEADSVC_CLOCK_INTERVAL="1"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) if worker else None
         try:
             page = leadsvc.url("/api/v1/leads")
             list_page = lambda worker, n: get(page, admin)[0]
@@ -846,16 +853,20 @@ def measure_jobs(db: Database, tokens: dict, seconds: float, service_root: str |
                     sys.exit(f"import: {status} {body}")
                 results["import"] = wait_for_job(leadsvc, admin, body["data"], started)
             results["import"]["pages"] = pages.figures()
-            return {"backend": db.backend, "jobs": results}
+            return {"backend": db.backend, "jobs": {**results, "runner": "worker" if worker else "serve"}}
         finally:
             leadsvc.stop()
+            if clock is not None:
+                clock.terminate()
+                clock.wait(30)
     finally:
         scratch.drop()
 
 
 def job_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
     j = r["jobs"]
-    rows = []
+    rows = [("jobs run by", "", "a `leadsvc worker` beside the server" if j["runner"] == "worker"
+             else "the serving process's clock", None)]
     d = j["deactivate"]
     rows.append((f"API writes (PATCH, {JOB_LOAD_THREADS} clients) while a deactivation reassigns {d['total']:,} leads",
                  f"p99 < {TARGETS['writes_during_job_p99_ms']:.0f} ms",
@@ -1175,6 +1186,8 @@ def main() -> None:
     parser.add_argument("--jobs-only", action="store_true",
                         help="measure only jobs: a deactivation, a bulk move and an import, on a copy of the "
                              "database (implies --no-write)")
+    parser.add_argument("--jobs-worker", action="store_true",
+                        help="with --jobs-only: a `leadsvc worker` runs the jobs, not the serving process")
     args = parser.parse_args()
     LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
@@ -1203,7 +1216,7 @@ def main() -> None:
         elif args.clock_only:
             results.append({"backend": backend, "clock": measure_clock(db, args.service_root)})
         elif args.jobs_only:
-            results.append(measure_jobs(db, tokens, args.duration, args.service_root))
+            results.append(measure_jobs(db, tokens, args.duration, args.service_root, worker=args.jobs_worker))
         elif args.compare:
             results.append(measure(db, tokens, args.duration, args.service_root, phases=COMPARED))
         else:

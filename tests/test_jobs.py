@@ -5,16 +5,21 @@ changes nothing."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 from collections import Counter
 from datetime import timedelta
 
 import pytest
 
-from conftest import bulk_leads, register_webhook
+from conftest import WEBHOOK_TEST_ENV, bulk_leads, register_webhook
 from leadsvc import jobs, jsoncodec
 from leadsvc.clock import Clock
 from leadsvc.models import AuditEntry, Event, Job, JobItem, Lead, Member, Task, Timer, utcnow
+from served import clean_env, wait_until
 
 ADMIN = "admin@t.test"
 
@@ -161,6 +166,46 @@ def test_a_job_stopped_mid_way_is_finished_by_another_process_with_no_item_done_
     assert run_job(clock, job_id).state == "succeeded"
     assert updates_of(ids) - before == Counter(ids)   # each lead once, none twice
     assert len(owned_by(ws, "n2@t.test")) == 60
+
+
+# `leadsvc worker`, reading no config file but the environment's settings.
+WORKER = [sys.executable, "-c", "from leadsvc.cli import cli; cli(prog_name='leadsvc')", "--config", os.devnull,
+          "worker"]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_job_leaves_whole_batches_and_another_finishes_with_no_lead_done_twice(
+        client, ws, database_url, tmp_path, ticking):
+    bulk_leads(ws, 2400, random.Random(3))   # 800 open leads of n1, created without history
+    leaving = ws.member("n1@t.test")
+    ids = [lead_id for lead_id, in Lead.select(Lead.public_id).where(Lead.owner == leaving.id).tuples()]
+    response = client.post(f"/api/v1/members/{leaving.public_id}/deactivate",
+                           json={"reassign_to": ws.ids.members["n2@t.test"]}, headers=ws.headers())
+    job_id = response.json["data"]["id"]
+    env = clean_env(LEADSVC_DATABASE_URL=database_url, LEADSVC_CLOCK_INTERVAL="1", **WEBHOOK_TEST_ENV)
+
+    def worker(name: str) -> subprocess.Popen:
+        with open(tmp_path / f"{name}.log", "ab") as out:
+            return subprocess.Popen(WORKER, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    first = worker("first")
+    try:
+        wait_until(lambda: Job.get(Job.public_id == job_id).done >= 100, 120, "the first worker did some batches")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    job = Job.get(Job.public_id == job_id)
+    assert job.state == "running" and 0 < job.done < len(ids) == job.total
+    # What was committed is whole batches: the leads moved are exactly those the job counts done.
+    assert Lead.select().where(Lead.public_id.in_(ids) & (Lead.owner == ws.member("n2@t.test").id)).count() == job.done
+    second = worker("second")
+    try:
+        wait_until(lambda: Job.get(Job.public_id == job_id).state == "succeeded", 300, "the second worker finished")
+    finally:
+        second.terminate()
+        second.wait(30)
+    assert updates_of(ids) == Counter(ids)   # one `updated` audit entry per lead: none twice
+    assert Lead.select().where(Lead.public_id.in_(ids) & (Lead.owner == leaving.id)).count() == 0
 
 
 def test_a_batch_that_fails_undoes_its_items_and_is_done_again(client, ws, make_lead, ticking, monkeypatch):
