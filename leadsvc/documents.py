@@ -17,8 +17,8 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import (CHANNELS, FIELD_TYPES, JOB_ERRORS_KEPT, JOB_KINDS, JOB_STATES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Connector, Consent, Form, Lead,
-                     Member, Status, Task, Token, utcnow)
+from .models import (CHANNELS, FIELD_TYPES, JOB_ERRORS_KEPT, JOB_KINDS, JOB_STATES, ROLES, STATUS_KINDS, TASK_KINDS,
+                     TASK_STATES, Connector, Consent, Form, Lead, Member, Status, Task, Token, utcnow)
 from .scoring import band
 from .sla import SLA_STATES, state as sla_state
 

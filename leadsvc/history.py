@@ -11,7 +11,7 @@ from typing import Any
 import peewee as pw
 from flask import g
 
-from .auth import Caller, caller, in_lead_scope, lead_scope, member_scope, require
+from .auth import Caller, caller, in_lead_scope, member_scope, require
 from .db import insert_rows
 from .fields import rfc3339
 from .models import Activity, AuditEntry, Connector, Form, Lead, Member, Token, Workspace, new_public_id, utcnow
@@ -45,10 +45,6 @@ class Actor:
         if self.form is not None:
             return "form"
         return "import" if self.via == "import" else "api"
-
-    @property
-    def lead_scope(self) -> pw.Expression | None:
-        return None if self.caller is None else lead_scope(self.caller)
 
     @property
     def member_scope(self) -> pw.Expression | None:
