@@ -223,6 +223,7 @@ def test_a_batch_that_fails_undoes_its_items_and_is_done_again(client, ws, make_
             raise RuntimeError("the process died")
 
     monkeypatch.setitem(jobs.WORK, "deactivate", crash_on_the_third)
+    monkeypatch.setattr(jobs, "BATCH_SECONDS", 60)   # one batch takes all five, however slow the machine
     ticking.tick(utcnow() + timedelta(seconds=1))
     job = Job.get(Job.public_id == job_id)
     assert job.done == 0 and job.position == 0 and len(owned_by(ws, "n1@t.test")) == 5
