@@ -14,6 +14,8 @@ Last, the clock: one tick with nothing due, in a process of its own on the same 
     .venv/bin/python bench/run.py --leads 20000 --batch-only           # a batch of 100 against 100 creates
     .venv/bin/python bench/run.py --leads 20000 --intake-only          # Google Ads intakes against API creates
     .venv/bin/python bench/run.py --leads 2000 --clock-only            # one clock tick with nothing due
+    .venv/bin/python bench/run.py --leads 20000 --jobs-only            # deactivation, bulk move, import jobs
+    .venv/bin/python bench/run.py --leads 20000 --jobs-only --jobs-worker   # the same, run by a `leadsvc worker`
     .venv/bin/python bench/run.py --compare --service-root ../other    # list, create and batch ratios of another checkout
 """
 
@@ -58,7 +60,8 @@ PAIRS = 3   # leadsvc/baseline throughput pairs per role; the ratio is the media
 TARGETS = {"list_ratio": 0.70, "deep_over_first_p50": 1.15, "report_seconds": 1.0, "create_ratio": 0.35,
            "rss_mb": 200, "search_over_first_p50": 2.0, "webhook_lag_p50_s": 1.0, "webhook_events_per_s": 200,
            "batch_over_singles": 0.7, "clock_tick_ms": 5.0, "follow_up_over_first_p50": 2.0,
-           "intake_over_creates": 0.8, "intake_p99_ms": 100.0}
+           "intake_over_creates": 0.8, "intake_p99_ms": 100.0, "job_seconds": 60.0, "writes_during_job_p99_ms": 500.0,
+           "pages_during_job_over_idle_p99": 2.0}
 WEBHOOK_LAG_SAMPLES = 50      # single creates on an idle server, each waited for at the receiver
 WEBHOOK_BACKLOG = 3000        # events queued while nothing delivers, then sent as fast as the service can
 # Each item of a batch is still a create with its own transaction (the contract); what a batch saves
@@ -229,6 +232,24 @@ class Database:
                 # all-visible again, index-only scans visit the heap (a lead count slows down
                 # run after run), and autovacuum waits for 20% of a table.
                 conn.execute("VACUUM (ANALYZE) lead, transition, activity, audit_entry, open_lead_count, intake")
+
+
+    def scratch(self) -> "Database":
+        """A copy of this database to change freely (the jobs phase), dropped afterwards."""
+        copy = Database(self.backend, self.leads)
+        if self.backend == "sqlite":
+            copy.path = CACHE / f"jobs-{self.leads}.sqlite3"
+            copy.url = f"sqlite:///{copy.path}"
+            copy.drop()
+            with sqlite3.connect(self.path) as source, sqlite3.connect(copy.path) as target:
+                source.backup(target)
+        else:
+            copy.name = f"{self.name}_jobs"
+            copy.url = f"{self.url.rsplit('/', 1)[0]}/{copy.name}"
+            copy.drop()
+            with self._admin() as conn:
+                conn.execute(f'CREATE DATABASE "{copy.name}" TEMPLATE "{self.name}"')
+        return copy
 
 
 # --- servers and load ------------------------------------------------------------------------
@@ -686,6 +707,195 @@ def clock_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
              c["median_ms"] < TARGETS["clock_tick_ms"] and not c["due"])]
 
 
+# --- jobs ------------------------------------------------------------------------------------
+
+JOB_DEACTIVATED_LEADS = 5_000   # open leads of the member deactivated
+JOB_LEADS = 10_000              # leads of the bulk move, rows of the import
+JOB_LOAD_THREADS = 2            # clients writing or listing while a job runs
+# What a person reading the list leaves between pages; writes come back to back.
+PAGE_PAUSE_SECONDS = 0.1
+
+
+class Load:
+    """Requests one after the other from a few threads until stopped (each waiting `pause`
+    seconds after an answer): their latencies and errors."""
+
+    def __init__(self, request, threads: int = JOB_LOAD_THREADS, pause: float = 0.0):
+        self.pause = pause
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(request, n)) for n in range(threads)]
+
+    def run(self, request, worker: int) -> None:
+        n = 0
+        while not self.stopping.is_set():
+            n += 1
+            started = time.perf_counter()
+            status = request(worker, n)
+            self.latencies.append((time.perf_counter() - started) * 1000)
+            self.errors += status >= 400
+            self.stopping.wait(self.pause)
+
+    def __enter__(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+
+    def figures(self) -> dict:
+        ordered = sorted(self.latencies)
+        return {"requests": len(ordered), "errors": self.errors,
+                "p50_ms": round(ordered[len(ordered) // 2], 1) if ordered else None,
+                "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1) if ordered else None}
+
+
+def send(url: str, token: str, method: str, body: bytes | None, content_type: str = "application/json") -> tuple[int, dict | None]:
+    request = urllib.request.Request(url, data=body, method=method,
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def wait_for_job(server: Server, token: str, job: dict, started: float) -> dict:
+    """Poll the job until it finishes; its document, with the seconds from the request to the end."""
+    while True:
+        status, body = send(server.url(f"/api/v1/jobs/{job['id']}"), token, "GET", None)
+        if status != 200:
+            sys.exit(f"GET /api/v1/jobs/{job['id']}: {status} {body}")
+        if body["data"]["state"] in ("succeeded", "failed"):
+            return {**body["data"], "seconds": round(time.monotonic() - started, 1)}
+        time.sleep(0.2)
+
+
+def measure_jobs(db: Database, tokens: dict, seconds: float, service_root: str | None = None,
+                 worker: bool = False) -> dict:
+    """On a copy of the database, one serving process whose clock runs the jobs (with `worker`: a
+    `leadsvc worker` beside it runs them, its clock ticking every second): a deactivation whose job
+    reassigns JOB_DEACTIVATED_LEADS open leads while clients PATCH other leads, then a bulk move of
+    JOB_LEADS leads and an import of JOB_LEADS rows while clients list leads, against the list
+    pages of the idle server."""
+    scratch = db.scratch()
+    admin = tokens["tokens"][ROLES["admin"]]["token"]
+    try:
+        with scratch.connect() as conn:
+            (workspace,) = conn.execute(f"SELECT workspace_id FROM member WHERE email = '{ROLES['admin']}'").fetchone()
+            members = {email: (member_id, team_id, public_id) for email, member_id, team_id, public_id in conn.execute(
+                "SELECT email, id, team_id, public_id FROM member WHERE workspace_id = %d" % workspace).fetchall()}
+            open_ids = [row[0] for row in conn.execute(
+                "SELECT id FROM status WHERE workspace_id = %d AND kind = 'open' ORDER BY position" % workspace)]
+            statuses = dict(conn.execute("SELECT name, public_id FROM status WHERE workspace_id = %d" % workspace))
+            reason = conn.execute("SELECT public_id FROM lost_reason WHERE workspace_id = %d ORDER BY position" %
+                                  workspace).fetchone()[0]
+            # Exactly JOB_DEACTIVATED_LEADS open leads for the agent to deactivate: its own go to its
+            # teammate first.
+            leaving, taking = members["ravi@demo.test"], members["meera@demo.test"]
+            in_open = ",".join(map(str, open_ids))
+            conn.execute(f"UPDATE lead SET owner_id = {taking[0]}, team_id = {taking[1]} WHERE owner_id = {leaving[0]}")
+            conn.execute(f"UPDATE lead SET owner_id = {leaving[0]}, team_id = {leaving[1]} WHERE id IN (SELECT id FROM "
+                         f"lead WHERE workspace_id = {workspace} AND status_id IN ({in_open}) ORDER BY id DESC "
+                         f"LIMIT {JOB_DEACTIVATED_LEADS})")
+            patched = [row[0] for row in conn.execute(
+                f"SELECT public_id FROM lead WHERE owner_id = {taking[0]} ORDER BY id LIMIT 200")]
+            # Open leads can all move to Lost; the deactivated agent's too, reassigned by then.
+            moved = [row[0] for row in conn.execute(
+                f"SELECT public_id FROM lead WHERE workspace_id = {workspace} AND status_id IN ({in_open}) "
+                f"ORDER BY id LIMIT {JOB_LEADS}")]
+        clock_env = {"LEADSVC_CLOCK_IN_SERVE": "false"} if worker else {}
+        leadsvc = Server("leadsvc-jobs-" + db.backend, [sys.executable, "-m", "leadsvc.cli", "serve", "--port",
+                                                        str(LEADSVC_PORT)],
+                         leadsvc_env(scratch.url, service_root, **clock_env), LEADSVC_PORT)
+        clock = subprocess.Popen([sys.executable, "-m", "leadsvc.cli", "worker"], cwd=CACHE,
+                                 env=leadsvc_env(scratch.url, service_root, LEADSVC_CLOCK_INTERVAL="1"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT) if worker else None
+        try:
+            page = leadsvc.url("/api/v1/leads")
+            list_page = lambda worker, n: get(page, admin)[0]
+            patch = lambda worker, n: send(leadsvc.url(f"/api/v1/leads/{patched[(n * 2 + worker) % len(patched)]}"),
+                                           admin, "PATCH", json.dumps({"first_name": f"Load {n}"}).encode())[0]
+            with Load(list_page, pause=PAGE_PAUSE_SECONDS) as idle:
+                time.sleep(seconds)
+            with Load(patch) as idle_writes:
+                time.sleep(seconds)
+            results = {"idle_pages": idle.figures(), "idle_writes": idle_writes.figures()}
+
+            log(f"{db.backend}: deactivating an agent with {JOB_DEACTIVATED_LEADS:,} open leads, PATCHes alongside")
+            with Load(patch) as writes:
+                started = time.monotonic()
+                status, body = send(leadsvc.url(f"/api/v1/members/{leaving[2]}/deactivate"), admin, "POST",
+                                    json.dumps({"reassign_to": taking[2]}).encode())
+                if status != 202:
+                    sys.exit(f"deactivate: {status} {body}")
+                results["deactivate"] = wait_for_job(leadsvc, admin, body["data"], started)
+            results["deactivate"]["writes"] = writes.figures()
+
+            log(f"{db.backend}: a bulk move of {len(moved):,} leads to Lost, list pages alongside")
+            with Load(list_page, pause=PAGE_PAUSE_SECONDS) as pages:
+                started = time.monotonic()
+                status, body = send(leadsvc.url("/api/v1/leads/bulk"), admin, "POST", json.dumps(
+                    {"action": "move", "ids": moved, "params": {"status": statuses["Lost"], "reason": reason}}).encode())
+                if status != 202:
+                    sys.exit(f"bulk move: {status} {body}")
+                results["move"] = wait_for_job(leadsvc, admin, body["data"], started)
+            results["move"]["pages"] = pages.figures()
+
+            log(f"{db.backend}: an import of {JOB_LEADS:,} rows, list pages alongside")
+            run = int(time.time()) % 1000
+            rows = ["first_name,last_name,phone,email,source"] + [
+                f"Import,Row {i},+9197{run:03d}{i:05d},import.{run}.{i}@bench.test,Website" for i in range(JOB_LEADS)]
+            with Load(list_page, pause=PAGE_PAUSE_SECONDS) as pages:
+                started = time.monotonic()
+                status, body = send(leadsvc.url("/api/v1/imports"), admin, "POST", ("\n".join(rows) + "\n").encode(),
+                                    "text/csv")
+                if status != 202:
+                    sys.exit(f"import: {status} {body}")
+                results["import"] = wait_for_job(leadsvc, admin, body["data"], started)
+            results["import"]["pages"] = pages.figures()
+            return {"backend": db.backend, "jobs": {**results, "runner": "worker" if worker else "serve"}}
+        finally:
+            leadsvc.stop()
+            if clock is not None:
+                clock.terminate()
+                clock.wait(30)
+    finally:
+        scratch.drop()
+
+
+def job_verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
+    j = r["jobs"]
+    rows = [("jobs run by", "", "a `leadsvc worker` beside the server" if j["runner"] == "worker"
+             else "the serving process's clock", None)]
+    d = j["deactivate"]
+    rows.append((f"API writes (PATCH, {JOB_LOAD_THREADS} clients) while a deactivation reassigns {d['total']:,} leads",
+                 f"p99 < {TARGETS['writes_during_job_p99_ms']:.0f} ms",
+                 f"p99 {d['writes']['p99_ms']} ms (p50 {d['writes']['p50_ms']} ms, {d['writes']['requests']:,} requests, "
+                 f"{d['writes']['errors']} errors; idle p99 {j['idle_writes']['p99_ms']} ms); the job took "
+                 f"{d['seconds']} s, {d['failed']} failed",
+                 d["writes"]["p99_ms"] < TARGETS["writes_during_job_p99_ms"] and not d["writes"]["errors"]
+                 and d["state"] == "succeeded"))
+    for name, what in (("move", "bulk move"), ("import", "import")):
+        job = j[name]
+        rows.append((f"{what} of {job['total']:,} {'rows' if name == 'import' else 'leads'}, request to end",
+                     f"< {TARGETS['job_seconds']:.0f} s", f"{job['seconds']} s ({job['done']:,} done, "
+                                                          f"{job['failed']:,} failed)",
+                     job["seconds"] < TARGETS["job_seconds"] and job["state"] == "succeeded"))
+        ratio = job["pages"]["p99_ms"] / j["idle_pages"]["p99_ms"]
+        rows.append((f"list pages ({JOB_LOAD_THREADS} clients, {PAGE_PAUSE_SECONDS:g} s between pages) during the "
+                     f"{what} / idle, p99",
+                     f"< {TARGETS['pages_during_job_over_idle_p99']}",
+                     f"{ratio:.2f} ({job['pages']['p99_ms']} / {j['idle_pages']['p99_ms']} ms; "
+                     f"{job['pages']['errors']} errors)",
+                     ratio < TARGETS["pages_during_job_over_idle_p99"] and not job["pages"]["errors"]))
+    return rows
+
+
 # --- webhooks ----------------------------------------------------------------------------------
 
 class Receiver:
@@ -855,7 +1065,7 @@ def verdicts(r: dict) -> list[tuple[str, str, str, bool | None]]:
         return ((search_verdicts(r) if "search" in r else []) + follow_up_verdicts(r)
                 + (webhook_verdicts(r) if "webhooks" in r else [])
                 + (batch_verdicts(r) if "batch" in r else []) + (intake_verdicts(r) if "intake" in r else [])
-                + (clock_verdicts(r) if "clock" in r else []))
+                + (clock_verdicts(r) if "clock" in r else []) + (job_verdicts(r) if "jobs" in r else []))
     rows = [(f"list throughput, {role}", f">= {TARGETS['list_ratio']} x baseline",
              f"{r['list'][role]['ratio']:.2f} (pairs {', '.join(f'{x:.2f}' for x in r['list'][role]['ratios'])}; "
              f"{r['list'][role]['rps']:.0f} / {r['list'][role]['baseline_rps']:.0f} req/s)",
@@ -979,6 +1189,11 @@ def main() -> None:
                              "--service-root (implies --no-write)")
     parser.add_argument("--clock-only", action="store_true",
                         help="measure only a clock tick with nothing due (implies --no-write)")
+    parser.add_argument("--jobs-only", action="store_true",
+                        help="measure only jobs: a deactivation, a bulk move and an import, on a copy of the "
+                             "database (implies --no-write)")
+    parser.add_argument("--jobs-worker", action="store_true",
+                        help="with --jobs-only: a `leadsvc worker` runs the jobs, not the serving process")
     args = parser.parse_args()
     LEADSVC_PORT, BASELINE_PORT = args.port, args.port + 10
     if shutil.which("wrk") is None:
@@ -1006,6 +1221,8 @@ def main() -> None:
             results.append(measure_alone("intake", db, tokens, args.duration, args.service_root))
         elif args.clock_only:
             results.append({"backend": backend, "clock": measure_clock(db, args.service_root)})
+        elif args.jobs_only:
+            results.append(measure_jobs(db, tokens, args.duration, args.service_root, worker=args.jobs_worker))
         elif args.compare:
             results.append(measure(db, tokens, args.duration, args.service_root, phases=COMPARED))
         else:
@@ -1020,7 +1237,7 @@ def main() -> None:
     text = markdown(info, results, builds, started, (load_start, os.getloadavg()[0]))
     (OUT / "latest.md").write_text(text)
     if not (args.no_write or args.service_root or args.search_only or args.webhooks_only or args.batch_only
-            or args.intake_only or args.clock_only):
+            or args.intake_only or args.clock_only or args.jobs_only):
         write_results(text)
     print(text)
     failed = [name for r in results for name, _, _, ok in verdicts(r) if ok is False]

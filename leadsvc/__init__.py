@@ -9,10 +9,11 @@ from flask_limiter import ExemptionScope
 from jinja2 import PackageLoader
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
-from . import (connectors, db, docs, export, forms, headers, health, idempotency, jsoncodec, leads, limits, members,
-               merge, metrics, observability, openapi, privacy, problems, reference, reports, tasks, timeline, webhooks)
+from . import (bulk, connectors, db, docs, export, forms, headers, health, idempotency, jobs, jsoncodec, leads, limits,
+               members, merge, metrics, observability, openapi, privacy, problems, reference, reports, tasks, timeline,
+               webhooks)
 from .config import load_settings
-from .extensions import register_converters
+from .extensions import body_limits, register_converters
 from .intake import endpoints as intake_endpoints
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     # A package loader, not the filesystem: templates must also load from inside leadsvc.pyz.
     app.jinja_loader = PackageLoader("leadsvc", "templates")
     db.init_app(app)
+    body_limits(app)   # first: every other hook that reads the body meets the view's own limit
     observability.init_app(app)
     headers.init_app(app)
     metrics.init_app(app)
@@ -39,7 +41,7 @@ def create_app(config: Mapping[str, Mapping[str, Any]] | None = None, *,
     register_converters(app, api)
     for blueprint in (health.blp, export.blp, leads.blp, timeline.blp, tasks.blp, privacy.blp, reports.blp,
                       reference.blp, members.blp, forms.blp, webhooks.blp, connectors.blp, intake_endpoints.blp,
-                      merge.blp):
+                      merge.blp, jobs.blp, bulk.blp):
         api.register_blueprint(blueprint)
     app.register_blueprint(docs.blp)
     app.register_blueprint(docs.home)

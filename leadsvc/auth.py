@@ -16,7 +16,7 @@ import peewee as pw
 from flask import g, request
 
 from .db import read_rows, statement
-from .models import BASE62, Lead, Member, Note, Task, Token, Workspace, public_id_pattern, utcnow
+from .models import BASE62, Job, Lead, Member, Note, Task, Token, Workspace, public_id_pattern, utcnow
 from .problems import Forbidden, NotFound, Unauthenticated
 from .fields import phones_of
 
@@ -251,6 +251,11 @@ def _lead_bound(member: Member) -> tuple[pw.ForeignKeyField, int | None]:
     return Lead.owner, member.id
 
 
+def lead_bound(who: Caller) -> tuple[pw.ForeignKeyField, int | None]:
+    """The lead column that bounds a caller's scope and the value it must hold (None: no lead)."""
+    return _lead_bound(who.member)
+
+
 def lead_scope(who: Caller) -> pw.Expression:
     """The leads a caller may see, as a condition on the lead table: never a merged lead (a
     tombstone), which only its survivor stands for."""
@@ -351,3 +356,18 @@ def member_scope(who: Caller) -> pw.Expression:
         return (Member.workspace == who.workspace.id) & (Member.team == who.member.team_id)
     return Member.id == who.member.id
 
+
+
+def job_scope(who: Caller) -> pw.Expression:
+    """The jobs a caller may see: those its member started, or (admins) its workspace's."""
+    if sees_whole_workspace(who):
+        return Job.workspace == who.workspace.id
+    return (Job.workspace == who.workspace.id) & (Job.member == who.member.id)
+
+
+def visible_job_or_404(public_id: str) -> Job:
+    """A job the caller may see: any other is 404, like a missing one."""
+    job = Job.select().where((Job.public_id == public_id) & job_scope(caller())).first()
+    if job is None:
+        raise NotFound(f"No job {public_id}.")
+    return job

@@ -170,7 +170,8 @@ def _check(settings: Settings) -> None:
     if not 0 < scoring["warm"] < scoring["hot"] <= 100:
         raise ConfigError("scoring: need 0 < warm < hot <= 100.")
     for section, key in (("server", "port"), ("server", "threads"), ("database", "pool_size"),
-                         ("database", "pool_timeout"), ("api", "max_body_bytes"), ("server", "connection_limit"),
+                         ("database", "pool_timeout"), ("api", "max_body_bytes"), ("api", "max_import_bytes"),
+                         ("server", "connection_limit"),
                          ("webhooks", "per_workspace"), ("webhooks", "per_host")):
         if settings[section][key] <= 0:
             raise ConfigError(f"{section}.{key} must be positive.")

@@ -104,21 +104,13 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
     for row, cells in enumerate(reader, start=2):   # row 1 is the header, as a spreadsheet counts
         if progress:
             progress(1)
-        if not any(trim(cell) for cell in cells):
-            continue   # a blank line is not a lead
-        report.rows += 1
-        if len(cells) > len(columns):
-            report.fail(row, {"row": [f"{len(cells)} cells, but the header names {len(columns)} columns."]})
+        if is_blank(cells):
             continue
-        body, problems = row_body(dict(zip(columns, cells)), refs)
-        body["on_duplicate"] = on_duplicate
+        report.rows += 1
         try:
-            with phones_of(workspace):
-                data = schema.load(body)
-        except ma.ValidationError as exc:
-            problems.update(pipeline.item_failure(exc, "row")[1])
-        if problems:   # every problem of the row at once, not one per run
-            report.fail(row, problems)
+            data = read_row(columns, cells, refs, schema, on_duplicate)
+        except RowError as exc:
+            report.fail(row, exc.messages)
             continue
         try:
             created = pipeline.create_lead(data, actor, refs)
@@ -135,6 +127,36 @@ def import_csv(stream: TextIO, workspace: Workspace, settings: dict, *,
             report.created += 1
             created_by_row[lead_id] = row
     return report
+
+
+class RowError(Exception):
+    """A row that cannot become a create body: every problem of the row, by column."""
+
+    def __init__(self, messages: dict[str, list[str]]):
+        super().__init__(messages)
+        self.messages = messages
+
+
+def read_row(columns: list[str], cells: list[str], refs: Refs, schema: ma.Schema, on_duplicate: str) -> dict[str, Any]:
+    """A (non-blank) row's create data, as LeadCreateSchema loads an API body, in the workspace's
+    phone regions; RowError with every problem of the row at once, not one per run."""
+    if len(cells) > len(columns):
+        raise RowError({"row": [f"{len(cells)} cells, but the header names {len(columns)} columns."]})
+    body, problems = row_body(dict(zip(columns, cells)), refs)
+    body["on_duplicate"] = on_duplicate
+    try:
+        with phones_of(refs.workspace):
+            data = schema.load(body)
+    except ma.ValidationError as exc:
+        problems.update(pipeline.item_failure(exc, "row")[1])
+    if problems:
+        raise RowError(problems)
+    return data
+
+
+def is_blank(cells: list[str]) -> bool:
+    """Whether a row has nothing in it (a blank line is not a lead)."""
+    return not any(trim(cell) for cell in cells)
 
 
 def row_body(cells: dict[str, str], refs: Refs) -> tuple[dict[str, Any], dict[str, list[str]]]:

@@ -17,8 +17,8 @@ import marshmallow as ma
 from flask import Response, current_app
 
 from .fields import UtcDateTime, rfc3339
-from .models import (CHANNELS, FIELD_TYPES, ROLES, STATUS_KINDS, TASK_KINDS, TASK_STATES, Connector, Consent, Form, Lead,
-                     Member, Status, Task, Token, utcnow)
+from .models import (CHANNELS, FIELD_TYPES, JOB_ERRORS_KEPT, JOB_KINDS, JOB_STATES, ROLES, STATUS_KINDS, TASK_KINDS,
+                     TASK_STATES, Connector, Consent, Form, Lead, Member, Status, Task, Token, utcnow)
 from .scoring import band
 from .sla import SLA_STATES, state as sla_state
 
@@ -583,3 +583,28 @@ def transition_document(row: Any, actors: ActorNames) -> dict[str, Any]:
 def audit_document(row: Any, actors: ActorNames) -> dict[str, Any]:
     return {"id": row.public_id, "action": row.action, "changes": row.changes or {},
             "request_id": row.request_id, "actor": actors.actor(row), "at": rfc3339(row.at)}
+
+
+class JobErrorSchema(ma.Schema):
+    item = ma.fields.String(allow_none=True, required=True, metadata={
+        "description": "The item: a lead's id, or `row N` of an import (as a spreadsheet numbers rows); null: "
+                       "the job itself."})
+    code = ma.fields.String(required=True, metadata={"description": "The problem code the single change would answer."})
+    detail = ma.fields.String(required=True)
+
+
+class JobSchema(ma.Schema):
+    """A long change run in batches (DESIGN section 20)."""
+
+    id = ma.fields.String(attribute="public_id", required=True)
+    kind = ma.fields.String(required=True, metadata={"enum": list(JOB_KINDS)})
+    state = ma.fields.String(required=True, metadata={
+        "enum": list(JOB_STATES), "description": "succeeded: it ran to its end, even if some items failed; failed: "
+                                                  "the job itself stopped."})
+    total = ma.fields.Integer(required=True)
+    done = ma.fields.Integer(required=True, metadata={"description": "Items processed, failed ones included."})
+    failed = ma.fields.Integer(required=True)
+    errors = ma.fields.List(ma.fields.Nested(JobErrorSchema), required=True, metadata={
+        "description": f"The first {JOB_ERRORS_KEPT} items that failed."})
+    created_at = UtcDateTime(required=True)
+    finished_at = UtcDateTime(allow_none=True, required=True)

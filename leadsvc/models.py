@@ -748,8 +748,52 @@ class Timer(BaseModel):
         indexes = ((("kind", "subject"), True),)
 
 
+JOB_STATES = ("queued", "running", "succeeded", "failed")
+JOB_KINDS = ("deactivate", "assign", "move", "add_task", "import")
+JOB_ERRORS_KEPT = 100   # a job's errors list holds the first this many
+
+
+class Job(BaseModel):
+    """A long change run in batches by the clock (jobs.py, migration 0023): its progress and what
+    it needs to resume, the creator's token and member being the actor of every change it makes."""
+
+    workspace = pw.ForeignKeyField(Workspace, on_delete="CASCADE", index=False, backref="+")
+    public_id = PublicIdField("job_")
+    kind = pw.CharField(max_length=32)
+    state = pw.CharField(max_length=16, default="queued")
+    member = pw.ForeignKeyField(Member, on_delete="CASCADE", index=False, backref="+")
+    token = pw.ForeignKeyField(Token, on_delete="CASCADE", index=False, backref="+")
+    request_id = pw.CharField(max_length=200, null=True)
+    params = pw.JSONField(default=dict)
+    total = pw.IntegerField(default=0)
+    position = pw.IntegerField(default=0)   # the next item to do: every item before it is done
+    done = pw.IntegerField(default=0)
+    failed = pw.IntegerField(default=0)
+    errors = pw.JSONField(default=list)
+    created_at = pw.DateTimeField(default=utcnow)
+    finished_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        # What an erasure reads: the workspace's unfinished imports.
+        indexes = ((("workspace", "state"), False),)
+
+
+class JobItem(BaseModel):
+    """One item of a job, by its place in the job: a lead (by internal id) or, for an import, a
+    CSV row (its number and cells). Deleted when the job finishes: rows hold personal data."""
+
+    job = pw.ForeignKeyField(Job, on_delete="CASCADE", index=False, backref="+")
+    position = pw.IntegerField()
+    # A lead deleted meanwhile leaves its item, which then fails as not found.
+    lead = pw.ForeignKeyField(Lead, null=True, on_delete="SET NULL", index=False, backref="+")
+    data = pw.JSONField(null=True)
+
+    class Meta:
+        primary_key = pw.CompositeKey("job", "position")
+
+
 MODELS: list[type[BaseModel]] = [
     Workspace, Team, Member, Token, Status, Source, CustomField, Form, Rule, LostReason, Lead,
     Transition, Activity, Note, AuditEntry, IdempotencyKey, OpenLeadCount, LeadNamePart, Consent,
-    Webhook, Event, Delivery, Timer, Task, Connector, Intake, Merge, MergeMove,
+    Webhook, Event, Delivery, Timer, Task, Connector, Intake, Merge, MergeMove, Job, JobItem,
 ]

@@ -256,11 +256,13 @@ def create_batch(items: Sequence[Any], actor: Actor, refs: Refs,
 # --- update ----------------------------------------------------------------------------------
 
 def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs, *,
-                if_match: str | None = None, only_empty: bool = False) -> Updated:
+                if_match: str | None = None, only_empty: bool = False,
+                routed: routing.Assignment | None = None) -> Updated:
     """Apply the fields sent; one audit entry with old and new values, none if nothing changed.
 
     only_empty (an upsert's fill_empty): only the fields the lead has empty (null or "") take the
-    value sent, custom fields key by key, judged on the locked row."""
+    value sent, custom fields key by key, judged on the locked row. routed: the distribution
+    rules chose the owner sent (route_again), and the `assigned` activity says so."""
     wanted: dict[str, Any] = {}
     for name in ("first_name", "last_name"):
         if name in changes:
@@ -271,7 +273,7 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
     if "source" in changes:
         wanted["source"] = resolve_source(changes["source"], refs)
     if "owner" in changes:
-        wanted["owner"] = _assignable_member(changes["owner"], actor)
+        wanted["owner"] = assignable_member(changes["owner"], actor)
     custom = check_custom_fields(changes.get("custom_fields") or {}, refs.custom_fields, allow_null=True)
 
     with transaction():
@@ -328,8 +330,12 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
         reason = None
         if "owner" in diff:
             owner = current.owner
-            reason = {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None}
-            record_activity(current, actor, "assigned", f"Assigned to {owner.name if owner else 'nobody'} by hand.", reason)
+            if routed is not None:
+                reason, summary = routed.reason, routed.summary
+            else:
+                reason = {"rule": None, "strategy": "manual", "member": owner.public_id if owner else None}
+                summary = f"Assigned to {owner.name if owner else 'nobody'} by hand."
+            record_activity(current, actor, "assigned", summary, reason)
         record_audit(current, actor, "updated", diff)
         # The team follows the owner: it is in the lead, not a field a PATCH names.
         events.record(refs, "lead.updated", current,
@@ -339,6 +345,19 @@ def update_lead(lead: Lead, changes: Mapping[str, Any], actor: Actor, refs: Refs
                 "from": member_ref(refs.by_public_id(refs.members, diff["owner"]["old"])), "to": member_ref(current.owner),
                 "reason": reason})
     return Updated(current, sorted(diff))
+
+
+def route_again(lead: Lead, actor: Actor, refs: Refs) -> Updated:
+    """Give the lead to the member the distribution rules choose now (as for a new lead with its
+    fields), recorded as a PATCH of its owner is but with the rules' reason: a deactivated
+    member's leads, a bulk assignment by routing."""
+    source = refs.sources.get(lead.source_id)
+    fields = {"source": source.public_id if source else None, "estimated_value": lead.estimated_value,
+              "custom_fields": lead.custom_fields or {}}
+    with transaction():   # the rotation state the rules read stays locked until the lead is written
+        assignment = routing.route(lead.workspace_id, fields, refs.members, refs.rules)
+        owner = assignment.member.public_id if assignment.member else None
+        return update_lead(lead, {"owner": owner}, actor, refs, routed=assignment)
 
 
 EMPTY = (None, "")   # what fill_empty fills
@@ -354,7 +373,8 @@ def _raw(value: Any) -> Any:
     return value.id if isinstance(value, pw.Model) else value
 
 
-def _assignable_member(public_id: str | None, actor: Actor) -> Member | None:
+def assignable_member(public_id: str | None, actor: Actor) -> Member | None:
+    """The member a lead may be handed to by this actor (None: unassigned), else 422 on `owner`."""
     if public_id is None:
         return None
     query = Member.select().where((Member.public_id == public_id) & (Member.workspace == actor.workspace.id))

@@ -7,7 +7,9 @@ and the raw payloads its connectors received are cleared, and its audit entries 
 which field when with "[erased]" for the personal values. Status, owner, team, source, score,
 channel, campaign, transitions and times stay, so reports come out the same. Search (name parts,
 reversed phone), duplicate detection (phone and e-mail are null) and recorded idempotent responses
-lose it too; the deliveries log drops the receivers' answers to its events.
+lose it too; the deliveries log drops the receivers' answers to its events. Rows of CSV imports
+still waiting in a job that carry the phone or e-mail are blanked, so the import never creates
+the person again.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from . import consent, events, idempotency, merge
+from . import consent, events, idempotency, jobs, merge
 from .auth import caller, requires, visible_lead_or_404
 from .conditional import ETAG_HEADER, etag, lock_lead
 from .db import for_update, transaction
@@ -25,6 +27,7 @@ from .documents import (ActorNames, ErasuresSchema, LeadSchema, SubjectSchema, a
                         consent_document, prebuilt_response, lead_document, note_document, one, task_documents,
                         transition_document)
 from .extensions import Blueprint
+from .fields import normalize_mobile, trim
 from .history import Actor, actor, plain, record_audit
 from .models import (Activity, AuditEntry, Connector, Consent, Form, Intake, Lead, LeadNamePart, Note, Task, Token,
                      Transition, Workspace, utcnow)
@@ -55,6 +58,7 @@ def erase_person(phone: str | None, email: str | None, reason: str, actor: Actor
     """Erase every lead of the actor's workspace with this phone or this e-mail, and the leads
     merged with them (survivors and tombstones alike); their public ids."""
     with transaction():
+        forget_waiting_rows(actor.workspace, [phone, email])
         query = leads_with_contact(actor.workspace.id, phone, email)
         # Locked in one statement, in id order: a lead erased on its own meanwhile is then waited
         # for and no longer matches (its contact is null), instead of a 409 for the whole person.
@@ -109,10 +113,25 @@ def _erase(lead: Lead, reason: str, actor: Actor, refs: Refs) -> None:
         if scrubbed != changes:
             AuditEntry.update(changes=scrubbed).where(AuditEntry.id == entry_id).execute()
     idempotency.forget(lead.public_id, held)
+    forget_waiting_rows(refs.workspace, held)
     events.forget(lead)
     record_audit(lead, actor, "erased", {"erased_at": {"old": None, "new": plain(now)},
                                          "reason": {"old": None, "new": reason}})
     events.record(refs, "lead.erased", lead)
+
+
+def forget_waiting_rows(workspace: Workspace, contacts: list[str | None]) -> None:
+    """Blank the rows of imports still waiting in a job whose phone (as a create normalizes it)
+    or e-mail is one of these."""
+    held = {value for value in contacts if value}
+    if not held:
+        return
+
+    def names_the_person(cells: dict[str, str]) -> bool:
+        phone, email = trim(cells.get("phone") or ""), trim(cells.get("email") or "").lower()
+        return (email in held) or bool(phone) and normalize_mobile(phone, workspace.phone_regions) in held
+
+    jobs.forget_rows(workspace.id, names_the_person)
 
 
 def _scrub_changes(changes: dict[str, Any], personal: set[str]) -> dict[str, Any]:

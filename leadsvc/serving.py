@@ -48,8 +48,10 @@ def waitress_options(app: Flask, server: Mapping[str, Any]) -> dict[str, Any]:
         # for channel_timeout seconds is closed. The one large response, the CSV export, is
         # handed over as a file (export.py).
         "outbuf_high_watermark": sys.maxsize,
-        # Above Flask's MAX_CONTENT_LENGTH, so an oversized body gets our 413 problem document.
-        "max_request_body_size": app.config["MAX_CONTENT_LENGTH"] * 16,
+        # Above every limit the app applies (extensions.body_limits), so an oversized body gets
+        # our 413 problem document.
+        "max_request_body_size": max(app.config["MAX_CONTENT_LENGTH"] * 16,
+                                     app.config["LEADSVC"]["api"]["max_import_bytes"] * 2),
     }
     if server["trusted_proxy"]:
         options.update(trusted_proxy=server["trusted_proxy"], trusted_proxy_count=server["trusted_proxy_count"],

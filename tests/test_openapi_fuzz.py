@@ -49,7 +49,8 @@ def api_schema(app, ws, real_ids, monkeypatch):
                         "CONTRACT_SPARE_NOTE": real_ids["note"][1], "CONTRACT_TASK": real_ids["task"][0],
                         "CONTRACT_CONNECTOR": real_ids["connector"][0], "CONTRACT_INTAKE": real_ids["intake"][0],
                         "CONTRACT_MEMBER": real_ids["agent"][0], "CONTRACT_REVOCABLE_TOKEN": real_ids["token"][0],
-                        "CONTRACT_MERGE": real_ids["merge"][0]}.items():
+                        "CONTRACT_MERGE": real_ids["merge"][0], "CONTRACT_JOB": real_ids["job"][0],
+                        "CONTRACT_DEACTIVATED_MEMBER": real_ids["agent"][1]}.items():
         monkeypatch.setenv(name, value)
     return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", app)
 
@@ -72,6 +73,8 @@ def real_ids(client, ws) -> dict[str, list[str]]:
                         headers=ws.headers()).json["data"]["id"] for n in range(2)]
     merge = client.post(f"/api/v1/leads/{pair[0]}/merge", json={"duplicates": [pair[1]]},
                         headers=ws.headers()).json["merge"]["id"]
+    job = client.post("/api/v1/leads/bulk", json={"action": "add_task", "ids": [leads[0]], "params": {
+        "kind": "call", "title": "Fuzz", "due_at": "2030-01-01T10:00:00Z"}}, headers=ws.headers()).json["data"]["id"]
     indiamart = ws.ids.connectors["IndiaMART"]
     landline = intake_fixture("indiamart_push")
     landline["RESPONSE"]["SENDER_MOBILE"] = "+91-11-23456789"   # a rejected intake, which a retry runs again
@@ -83,7 +86,7 @@ def real_ids(client, ws) -> dict[str, list[str]]:
     return {"agent": agents, "token": [token], "connector": [indiamart["id"]], "intake": [intake], "ld": leads, "src": list(ids.sources.values()), "st": list(ids.statuses.values()),
             "mem": list(ids.members.values()), "team": list(ids.teams.values()),
             "cf": list(ids.custom_fields.values()), "webhook": [hook, spare], "delivery": [delivery],
-            "note": notes, "task": [task], "merge": [merge]}
+            "note": notes, "task": [task], "merge": [merge], "job": [job]}
 
 
 def pick(value: str, choices: list[str]) -> str:

@@ -39,8 +39,8 @@ def served_demo(tmp_path):
 
 def contract_ids(base: str, token: str) -> dict[str, str]:
     """What schemathesis.toml takes from the environment: the token, a lead, a form, a status, a
-    webhook and one of its deliveries, two notes, a task, a connector's, an intake's and a merge's
-    ids, an agent, and a token of another agent."""
+    webhook and one of its deliveries, two notes, a task, a job, a connector's, an intake's and a
+    merge's ids, an agent, a token of another agent, and a third agent (to deactivate)."""
     headers = bearer(token)
     reply = call(base, "POST", "/api/v1/leads", headers=headers,
                  json_body={"first_name": "Live", "email": "live@contract.test"})
@@ -56,8 +56,11 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
                              json_body={"body": "Live"}).json() for _ in range(2))
     task = call(base, "POST", f"/api/v1/leads/{created['data']['id']}/tasks", headers=headers,
                 json_body={"kind": "call", "title": "Live", "due_at": "2030-01-01T10:00:00Z"}).json()
+    job = call(base, "POST", "/api/v1/leads/bulk", headers=headers, json_body={
+        "action": "add_task", "ids": [created["data"]["id"]],
+        "params": {"kind": "call", "title": "Live", "due_at": "2030-01-01T10:00:00Z"}}).json()
     members = call(base, "GET", "/api/v1/members", headers=headers).json()["data"]
-    agent, other_agent = [m["id"] for m in members if m["role"] == "agent"][:2]
+    agent, other_agent, deactivated = [m["id"] for m in members if m["role"] == "agent"][:3]
     revocable = call(base, "POST", f"/api/v1/members/{other_agent}/tokens", headers=headers,
                      json_body={"name": "live", "abilities": ["leads:read"]}).json()["data"]["id"]
     return {"CONTRACT_TOKEN": token, "CONTRACT_LEAD": created["data"]["id"], "CONTRACT_FORM": forms[0]["id"],
@@ -65,6 +68,7 @@ def contract_ids(base: str, token: str) -> dict[str, str]:
             "CONTRACT_WEBHOOK": hook["data"]["id"], "CONTRACT_SPARE_WEBHOOK": spare["data"]["id"],
             "CONTRACT_DELIVERY": delivery["id"], "CONTRACT_NOTE": note["data"]["id"],
             "CONTRACT_SPARE_NOTE": spare_note["data"]["id"], "CONTRACT_TASK": task["data"]["id"],
+            "CONTRACT_JOB": job["data"]["id"], "CONTRACT_DEACTIVATED_MEMBER": deactivated,
             # The demo has no connector: well-formed ids reach the routes' checks, and answer 404.
             "CONTRACT_CONNECTOR": "conn_" + "0" * 22, "CONTRACT_INTAKE": "in_" + "0" * 22,
             "CONTRACT_MEMBER": agent, "CONTRACT_REVOCABLE_TOKEN": revocable,

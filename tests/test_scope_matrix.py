@@ -47,6 +47,9 @@ class Endpoint:
     shows: str = "lead"
     # Statuses by caller where the rule is not the table's own (who may change a member, revoke a token).
     answers: tuple[tuple[str, int], ...] = ()
+    # The answer to another workspace's admin, when the body names this workspace's records (its
+    # ids are unknown there); None: as for the workspace's own admin.
+    foreign: int | None = None
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
@@ -75,8 +78,16 @@ class Endpoint:
     def addresses_a_connector(self) -> bool:
         return "{connector}" in self.path
 
+    @property
+    def addresses_a_job(self) -> bool:
+        return "{job}" in self.path
 
-# Members and tokens (DESIGN section 20): "{member}" is n2, a North agent (the North manager's
+    @property
+    def addresses_a_member(self) -> bool:
+        return "{member}" in self.path
+
+
+# Members and tokens (DESIGN section 20): "{member}" is a fresh North agent (the North manager's
 # team); "{token}" a fresh token of n1, the agent caller's own member.
 FOREIGN_404 = (("foreign", 404),)
 ENDPOINTS = [
@@ -159,7 +170,19 @@ ENDPOINTS = [
              answers=(("manager", 404), ("lacking", 404), *FOREIGN_404)),
     Endpoint("POST", "/api/v1/leads/{lead}/merge", "leads:update", lambda t: {"duplicates": ["{duplicate}"]}),
     Endpoint("POST", "/api/v1/merges/{merge}/undo", "leads:update"),
+    Endpoint("GET", "/api/v1/jobs/{job}", None, shows="other"),
+    Endpoint("POST", "/api/v1/members/{member}/deactivate", "members:manage", lambda t: {"reassign_to": "routing"},
+             success=202, shows="other"),
+    Endpoint("POST", "/api/v1/leads/bulk", "leads:status", lambda t: {
+        "action": "move", "filter": {}, "params": {"status": t.ids.statuses["Contacted"]}, "dry_run": True},
+             shows="other", foreign=422),
+    Endpoint("POST", "/api/v1/leads/bulk", "leads:status", lambda t: {
+        "action": "move", "filter": {}, "params": {"status": t.ids.statuses["Contacted"]}}, success=202, shows="other",
+             foreign=422),
+    Endpoint("POST", "/api/v1/imports", "leads:create", lambda t: MATRIX_CSV, success=202, shows="other"),
 ]
+MATRIX_CSV = "first_name,email\n"   # a header alone: a job of no rows
+JOB_CREATOR = "agent"   # the matrix's job is the agent's: its manager does not see it, its admin does
 MATRIX_TASK = {"kind": "call", "title": "Matrix follow-up", "due_at": "2020-01-01T10:00:00Z"}   # overdue
 MATRIX_HOOK = "http://127.0.0.1:9/matrix"   # never called: nothing delivers in this module
 
@@ -185,7 +208,12 @@ def expected_status(endpoint: Endpoint, caller: str, target: str | None) -> int:
         return 403
     if endpoint.addresses_a_lead and (caller == "foreign" or (target == "other_team" and caller != "admin")):
         return 404
-    if (endpoint.addresses_a_webhook or endpoint.addresses_a_connector) and caller == "foreign":
+    if (endpoint.addresses_a_webhook or endpoint.addresses_a_connector or endpoint.addresses_a_member
+            or endpoint.addresses_a_job) and caller == "foreign":
+        return 404
+    if caller == "foreign" and endpoint.foreign is not None:
+        return endpoint.foreign
+    if endpoint.addresses_a_job and caller in ROLE_EMAILS and caller not in ("admin", JOB_CREATOR):
         return 404
     if endpoint.addresses_a_note and caller == "manager":
         return 403   # the note is its lead's owner's (the agent's): only the author or an admin changes it
@@ -199,6 +227,8 @@ class World:
     leads: dict[str, dict]           # target -> the lead document as its owner's admin sees it
     webhook: dict | None = None      # the webhook a row addresses, with a delivery of it
     connector: dict | None = None    # the connector a row addresses, with a rejected intake of it
+    job: str | None = None           # the job a row addresses (the agent's)
+    member: str | None = None        # the member a row addresses (a fresh agent of North)
 
     def headers(self, caller: str, endpoint: Endpoint) -> dict[str, str]:
         if caller in ROLE_EMAILS:
@@ -276,7 +306,15 @@ def world(request, client, tenants) -> World:
         body = intake_fixture("indiamart_push")
         body["RESPONSE"].update(UNIQUE_QUERY_ID=uuid.uuid4().hex, SENDER_MOBILE="+91-11-23456789")
         connector["intake"] = client.post(f"{connector['url']}/{key}", json=body).json["data"]["intakes"][0]
-    return World(ws, other_ws, leads, webhook, connector)
+    job = member = None
+    if endpoint is not None and endpoint.addresses_a_job:
+        job = client.post("/api/v1/imports", data=MATRIX_CSV, content_type="text/csv",
+                          headers=ws.headers(ROLE_EMAILS[JOB_CREATOR])).json["data"]["id"]
+    if endpoint is not None and endpoint.addresses_a_member:
+        north = ws.member(ROLE_EMAILS["agent"])
+        member = Member.create(workspace=north.workspace_id, team=north.team_id, name="Matrix Agent", role="agent",
+                               email=f"matrix.{uuid.uuid4().hex[:10]}@t.test").public_id
+    return World(ws, other_ws, leads, webhook, connector, job, member)
 
 
 @pytest.mark.parametrize("endpoint, caller, target", list(cases()))
@@ -287,17 +325,20 @@ def test_scope_matrix(client, world, endpoint, caller, target):
             else endpoint.path)
     if world.webhook:
         path = path.replace("{webhook}", world.webhook["id"]).replace("{delivery}", world.webhook["delivery"])
-    path = path.replace("{member}", world.ws.ids.members["n2@t.test"])
     if "{token}" in path:
         token, _ = issue_token(world.ws.member(ROLE_EMAILS["agent"]), ["leads:read"], name="matrix")
         path = path.replace("{token}", token.public_id)
     if world.connector:
         path = path.replace("{connector}", world.connector["id"]).replace("{intake}", world.connector["intake"])
+    path = path.replace("{job}", world.job or "").replace("{member}", world.member or "")
     headers = world.headers(caller, endpoint)
     body = endpoint.body(world.ws) if endpoint.body else None
     if body is not None and lead and "duplicate" in lead:
         body = json.loads(json.dumps(body).replace("{duplicate}", lead["duplicate"]))
-    response = client.open(path, method=endpoint.method, json=body, headers=headers)
+    if isinstance(body, str):   # a CSV file
+        response = client.open(path, method=endpoint.method, data=body, content_type="text/csv", headers=headers)
+    else:
+        response = client.open(path, method=endpoint.method, json=body, headers=headers)
 
     status = expected_status(endpoint, caller, target)
     assert response.status_code == status, response.get_data(as_text=True)[:300]
