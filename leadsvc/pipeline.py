@@ -355,7 +355,7 @@ def route_again(lead: Lead, actor: Actor, refs: Refs) -> Updated:
     fields = {"source": source.public_id if source else None, "estimated_value": lead.estimated_value,
               "custom_fields": lead.custom_fields or {}}
     with transaction():   # the rotation state the rules read stays locked until the lead is written
-        assignment = routing.route(lead.workspace_id, fields, refs.members, refs.rules)
+        assignment = routing.route(refs.workspace, fields, refs.members, refs.rules)
         owner = assignment.member.public_id if assignment.member else None
         return update_lead(lead, {"owner": owner}, actor, refs, routed=assignment)
 
