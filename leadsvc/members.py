@@ -159,6 +159,14 @@ def _check_team_for_role(role: str, team: Team | None) -> None:
         raise ValidationFailed.field("team", f"A{'n' if role == 'agent' else ''} {role} belongs to a team.")
 
 
+def _locked_admins(workspace_id: int) -> set[int]:
+    """The workspace's active admins, their rows locked in id order (before the changed member's):
+    of two admins demoting each other at once, the second sees the first's change."""
+    return {member_id for member_id, in for_update(
+        Member.select(Member.id).where((Member.workspace == workspace_id) & (Member.role == "admin") & Member.active)
+        .order_by(Member.id)).tuples()}
+
+
 def _availability_changes(member: Member, sent: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """The availability columns a request sets: `until` must be in the future and goes with away
     or on_leave; available clears it."""
@@ -189,6 +197,7 @@ def create_member(workspace_id: int, data: Mapping[str, Any]) -> Member:
 def update_member(member: Member, changes: Mapping[str, Any]) -> Member:
     """Change the fields sent (the caller's right to change them is checked by the view)."""
     with transaction():
+        admins = _locked_admins(member.workspace_id) if "role" in changes else set()
         current = for_update(Member.select().where(Member.id == member.id), NO_KEY_UPDATE).first()
         if current is None:
             raise NotFound(f"No member {member.public_id}.")
@@ -198,6 +207,9 @@ def update_member(member: Member, changes: Mapping[str, Any]) -> Member:
         for name in ("name", "role", "max_open_leads", "daily_leads"):
             if name in changes:
                 values[name] = changes[name]
+        if current.role == "admin" and values.get("role", "admin") != "admin" and not admins - {current.id}:
+            raise Conflict(f"Member {current.public_id} is the workspace's only admin: make another member an "
+                           "admin first.")
         team = _team(current.workspace_id, changes["team"]) if "team" in changes else current.team_id
         if "team" in changes or "role" in changes:
             _check_team_for_role(values.get("role", current.role), team)
@@ -323,6 +335,7 @@ class MemberResource(MethodView):
     @requires()
     @blp.arguments(MemberPatchSchema())
     @blp.response(200, one(MemberSchema))
+    @blp.alt_response(409, response="CONFLICT")
     def patch(self, changes, public_id):
         """Change a member: availability (its team's manager, an admin) or anything (members:manage)"""
         return {"data": shown(update_member(changeable_member(caller(), public_id, changes), changes))}

@@ -39,8 +39,8 @@ from .documents import LeadSchema, lead_document, prebuilt_response
 from .extensions import Blueprint
 from .fields import JsonBoolean, PublicId, rfc3339
 from .history import Actor, actor, record_audit
-from .models import (CONTACT_KINDS, NEVER, NO_TASK, Activity, AuditEntry, Consent, Lead, Merge, MergeMove, Note, Task,
-                     Transition, utcnow)
+from .models import (CONTACT_KINDS, NEVER, NO_TASK, Activity, AuditEntry, Consent, Lead, Member, Merge, MergeMove,
+                     Note, Task, Transition, utcnow)
 from .pipeline import EMPTY, rescore
 from .problems import Conflict, NotFound, ValidationFailed
 from .refs import Refs, request_refs
@@ -379,8 +379,16 @@ def undo_merge(merge: Merge, actor: Actor, refs: Refs) -> tuple[Merge, Lead, lis
         survivor.phone_reversed = search.phone_reversed(survivor.phone)
         survivor.name_key = search.name_key(survivor.first_name, survivor.last_name)
         survivor.save()
+        # A member deactivated since the merge takes nothing back: the survivor's owner, who has
+        # kept the person since, keeps a duplicate of theirs and its open tasks.
+        left = _deactivated({lead.owner_id for lead in duplicates} | {*(merge.reassigned or {}).values()})
+        handed = {}
         for lead in duplicates:
             kept = merge.tombstones[str(lead.id)]
+            if lead.owner_id in left:
+                handed[lead.id] = {"old": left[lead.owner_id],
+                                   "new": survivor.owner.public_id if survivor.owner_id is not None else None}
+                lead.owner, lead.team = survivor.owner_id, survivor.team_id
             lead.phone, lead.email = kept["phone"], kept["email"]
             lead.response_due_at = datetime.fromisoformat(kept["response_due_at"].rstrip("Z")) \
                 if kept["response_due_at"] else None
@@ -404,6 +412,8 @@ def undo_merge(merge: Merge, actor: Actor, refs: Refs) -> tuple[Merge, Lead, lis
                 model.update(**back).where(model.id.in_(MergeMove.select(MergeMove.row_id).where(
                     (MergeMove.merge == merge.id) & (MergeMove.kind == kind) & (MergeMove.lead == lead.id)))).execute()
         for task_id, assignee in (merge.reassigned or {}).items():
+            if assignee in left:
+                continue
             Task.update(assignee=assignee, version=Task.version + 1, updated_at=now).where(
                 (Task.id == int(task_id)) & (Task.state == "open") & (Task.assignee == survivor.owner_id)).execute()
         MergeMove.delete().where(MergeMove.merge == merge.id).execute()
@@ -430,9 +440,17 @@ def undo_merge(merge: Merge, actor: Actor, refs: Refs) -> tuple[Merge, Lead, lis
                                                       if restored else {})})
         for lead in duplicates:
             record_audit(lead, actor, "unmerged", {"merge": {"old": merge.public_id, "new": None},
-                                                   "merged_into": {"old": survivor.public_id, "new": None}})
+                                                   "merged_into": {"old": survivor.public_id, "new": None},
+                                                   **({"owner": handed[lead.id]} if lead.id in handed else {})})
         events.record(refs, "lead.unmerged", survivor, lambda: {"unmerged": unmerged, "merge": merge.public_id})
     return merge, survivor, duplicates
+
+
+def _deactivated(member_ids: set[int | None]) -> dict[int, str]:
+    """Those of these members who are deactivated, by internal id: their public ids."""
+    ids = [member_id for member_id in member_ids if member_id is not None]
+    return dict(Member.select(Member.id, Member.public_id).where(Member.id.in_(ids) & ~Member.active).tuples()) \
+        if ids else {}
 
 
 def _check_undoable(merge: Merge, survivor: Lead, duplicates: Sequence[Lead], now: datetime) -> None:

@@ -303,6 +303,24 @@ def test_a_merged_lead_leaves_its_owners_open_leads_and_an_undo_gives_it_back(cl
     assert {email: open_leads(email) for email in before} == before
 
 
+def test_undo_gives_a_deactivated_owners_lead_and_tasks_to_the_survivors_owner(client, ws, make_lead):
+    survivor = make_lead(ws, "n1@t.test")
+    duplicate = make_lead(ws, "s1@t.test", phone=None, **email_lead_body())
+    due = (utcnow() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    task = post(client, ws, f"/api/v1/leads/{duplicate['id']}/tasks",
+                {"kind": "call", "title": "Ring", "due_at": due, "assignee": ws.ids.members["s1@t.test"]}).json["data"]
+    answer = merge(client, ws, survivor["id"], duplicate["id"])
+    left = ws.ids.members["s1@t.test"]
+    assert post(client, ws, f"/api/v1/members/{left}/deactivate", {"reassign_to": "routing"}).status_code == 202
+    assert post(client, ws, f"/api/v1/merges/{answer['merge']['id']}/undo").status_code == 200
+    back = everything(client, ws, duplicate["id"])
+    assert back["owner"]["id"] == ws.ids.members["n1@t.test"]
+    assert next(t for t in back["tasks"] if t["id"] == task["id"])["assignee"]["id"] == ws.ids.members["n1@t.test"]
+    entry = (AuditEntry.select().join(Lead, on=(AuditEntry.lead == Lead.id))
+             .where((Lead.public_id == duplicate["id"]) & (AuditEntry.action == "unmerged")).get())
+    assert entry.changes["owner"] == {"old": left, "new": ws.ids.members["n1@t.test"]}
+
+
 def test_undo_is_refused_after_30_days_an_erasure_or_another_merge(client, ws, make_lead):
     def merged():
         survivor, duplicate = make_lead(ws, "n1@t.test"), make_lead(ws)

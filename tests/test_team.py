@@ -286,6 +286,21 @@ def test_an_admin_changes_a_members_name_role_team_and_caps(client, ws):
     assert cleared.json["data"]["max_open_leads"] is None and cleared.json["data"]["until"] is None
 
 
+def test_the_only_admin_cannot_be_demoted(client, ws):
+    admin, north = ws.ids.members["admin@t.test"], ws.ids.teams["North"]
+    refused = client.patch(f"/api/v1/members/{admin}", json={"role": "manager", "team": north}, headers=ws.headers())
+    assert refused.status_code == 409 and "only admin" in refused.json["detail"]
+    members = client.get("/api/v1/members", headers=ws.headers()).json["data"]
+    assert next(m["role"] for m in members if m["id"] == admin) == "admin"
+    # With a second admin, either may step down.
+    promoted = client.patch(f"/api/v1/members/{ws.ids.members['n1@t.test']}", json={"role": "admin"},
+                            headers=ws.headers())
+    assert promoted.status_code == 200, promoted.json
+    stepped_down = client.patch(f"/api/v1/members/{admin}", json={"role": "manager", "team": north},
+                                headers=ws.headers())
+    assert stepped_down.status_code == 200 and stepped_down.json["data"]["role"] == "manager"
+
+
 def test_member_changes_need_members_manage(client, ws):
     lacking = ws.headers("admin@t.test", ("leads:read",))
     assert client.post("/api/v1/members", json={"name": "X", "email": "x@t.test", "role": "admin"},
