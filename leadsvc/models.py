@@ -389,6 +389,8 @@ Lead.add_index(Lead.index(Lead.workspace, Lead.email, unique=True, where=Lead.em
 # Lost leads by reason, for the conversion report (0010): only the leads that have one.
 Lead.add_index(Lead.index(Lead.workspace, Lead.lost_reason, Lead.status, Lead.merged_into,
                           where=Lead.lost_reason.is_null(False), name="lead_workspace_id_lost_reason_id_status_id"))
+# The tombstones by their survivor (0026): what deleting a lead checks of the self-reference.
+Lead.add_index(Lead.index(Lead.merged_into, where=Lead.merged_into.is_null(False), name="lead_merged_into_id"))
 # Search by the end of a phone (0008).
 Lead.add_index(Lead.index(Lead.workspace, Lead.phone_reversed, where=Lead.phone_reversed.is_null(False),
                           name="lead_workspace_id_phone_reversed"))
