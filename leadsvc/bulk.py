@@ -116,9 +116,10 @@ class DeactivationSchema(ma.Schema):
             raise ma.ValidationError("Name a member (mem_...) or routing.")
 
 
-def deactivate(public_id: str, reassign_to: str, who: Caller, request_id: str | None, refs: Refs) -> Job:
+def deactivate(public_id: str, reassign_to: str, actor: Actor, refs: Refs) -> Job:
     """In one transaction: the member becomes inactive (routing passes it over, assignments refuse
     it), its tokens are revoked, and a job that reassigns its open leads is queued."""
+    who = actor.caller
     with transaction():
         member = for_update(Member.select().where((Member.public_id == public_id)
                                                   & (Member.workspace == who.workspace.id))).first()
@@ -129,13 +130,9 @@ def deactivate(public_id: str, reassign_to: str, who: Caller, request_id: str | 
         if not member.active:
             raise Conflict(f"Member {public_id} is already deactivated.")
         if reassign_to != ROUTING:
-            target = Member.get_or_none((Member.public_id == reassign_to) & (Member.workspace == who.workspace.id))
-            if target is None:
-                raise ValidationFailed.field("reassign_to", "Unknown member; GET /api/v1/members lists them.")
+            target = pipeline.assignable_member(reassign_to, actor, field="reassign_to")
             if target.id == member.id:
                 raise ValidationFailed.field("reassign_to", "The member being deactivated cannot take its own leads.")
-            if not target.active:
-                raise ValidationFailed.field("reassign_to", "This member is deactivated and cannot receive leads.")
         Member.update(active=False).where(Member.id == member.id).execute()
         revoke_tokens(Token.member == member.id)
         open_statuses = [status.id for status in refs.statuses.values() if status.kind == "open"] or [0]
@@ -143,7 +140,7 @@ def deactivate(public_id: str, reassign_to: str, who: Caller, request_id: str | 
         leads = (Lead.select(Lead.id).where((Lead.workspace == who.workspace.id) & (Lead.owner == member.id)
                                             & Lead.status.in_(open_statuses) & Lead.merged_into.is_null()
                                             & Lead.erased_at.is_null()).order_by(Lead.id).tuples())
-        return jobs.start("deactivate", who, request_id, {"member_id": member.id, "reassign_to": reassign_to},
+        return jobs.start("deactivate", who, actor.request_id, {"member_id": member.id, "reassign_to": reassign_to},
                           ({"lead": lead_id} for lead_id, in leads))
 
 
@@ -288,7 +285,7 @@ class MemberDeactivation(MethodView):
     @blp.alt_response(409, response="CONFLICT")
     def post(self, data, public_id):
         """Deactivate a member: its tokens stop working, and its open leads are reassigned by a job"""
-        return {"data": deactivate(public_id, data["reassign_to"], caller(), actor().request_id, request_refs())}
+        return {"data": deactivate(public_id, data["reassign_to"], actor(), request_refs())}
 
 
 @blp.route("/leads/bulk")

@@ -373,8 +373,8 @@ def _raw(value: Any) -> Any:
     return value.id if isinstance(value, pw.Model) else value
 
 
-def assignable_member(public_id: str | None, actor: Actor) -> Member | None:
-    """The member a lead may be handed to by this actor (None: unassigned), else 422 on `owner`."""
+def assignable_member(public_id: str | None, actor: Actor, field: str = "owner") -> Member | None:
+    """The member a lead may be handed to by this actor (None: unassigned), else 422 on `field`."""
     if public_id is None:
         return None
     query = Member.select().where((Member.public_id == public_id) & (Member.workspace == actor.workspace.id))
@@ -382,9 +382,9 @@ def assignable_member(public_id: str | None, actor: Actor) -> Member | None:
         query = query.where(actor.member_scope)
     member = query.first()
     if member is None:
-        raise ValidationFailed.field("owner", "Unknown member, or one you cannot assign leads to.")
+        raise ValidationFailed.field(field, "Unknown member, or one you cannot assign leads to.")
     if not member.active:
-        raise ValidationFailed.field("owner", "This member is deactivated and cannot receive leads.")
+        raise ValidationFailed.field(field, "This member is deactivated and cannot receive leads.")
     return member
 
 
