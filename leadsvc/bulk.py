@@ -209,10 +209,7 @@ def check_params(action: str, raw: Mapping[str, Any], refs: Refs) -> dict[str, A
     try:
         PARAMS_SCHEMAS[action]().load(raw)
         if action == "move":
-            target = refs.by_public_id(refs.statuses, raw["status"])
-            if target is None:
-                raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
-            pipeline.lost_reason_for(target, raw.get("reason"), refs)
+            pipeline.move_target(raw["status"], raw.get("reason"), refs)
         elif action == "assign" and "owner" in raw:
             pipeline.assignable_member(raw["owner"], actor())
     except ma.ValidationError as exc:

@@ -417,14 +417,19 @@ def lost_reason_for(target: Status, reason_id: str | None, refs: Refs) -> LostRe
     return reason
 
 
+def move_target(status_id: str, reason: str | None, refs: Refs) -> tuple[Status, LostReason | None]:
+    """The status a move names and its lost reason (None unless lost), else 422 on the field."""
+    target = refs.by_public_id(refs.statuses, status_id)
+    if target is None:
+        raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
+    return target, lost_reason_for(target, reason, refs)
+
+
 def move_status(lead: Lead, status_id: str, note: str | None, actor: Actor, refs: Refs, *,
                 if_match: str | None = None, reason: str | None = None) -> tuple[Lead, Transition]:
     """Move the lead to another status: transition, activity and audit entry in one transaction. A
     move out of the first status may be the lead's first response; every move re-dates its going stale."""
-    target = refs.by_public_id(refs.statuses, status_id)
-    if target is None:
-        raise ValidationFailed.field("status", "Unknown status; GET /api/v1/statuses lists them.")
-    lost_reason = lost_reason_for(target, reason, refs)
+    target, lost_reason = move_target(status_id, reason, refs)
     with transaction():
         current = lock_lead(lead, actor)
         check_if_match(current, if_match)
