@@ -13,7 +13,7 @@ import threading
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
 import peewee as pw
@@ -41,11 +41,51 @@ _MIGRATION_LOCK = 74_657_100      # pg_advisory_xact_lock key: one migrating pro
 _databases: dict[str, pw.Database] = {}
 _databases_lock = threading.Lock()
 
-# SQLite takes one writer at a time. A connection that finds the lock taken sleeps in SQLite's
-# busy handler and looks again after a growing pause, so under load the lock sits free while
-# writers sleep. Within a process, writers wait their turn here instead: the next one starts as
-# soon as the last commits. Other processes still meet SQLite's busy_timeout.
-_sqlite_writers: dict[pw.Database, tuple[threading.RLock, float]] = {}
+
+class Turns:
+    """Writers that would wait for each other in the database wait here instead, one key at a
+    time, in the order they came: the next starts as soon as the last one's transaction ends.
+
+    SQLite takes one writer at a time: a connection that finds the lock taken sleeps in its busy
+    handler and looks again after a growing pause, so under load the lock sits free while writers
+    sleep. On PostgreSQL a workspace's creates all lock one row, routing's rotation; waiting
+    there, each holds a transaction open, and the next to get the row is not always the one that
+    waited longest, so a few wait many turns. Other processes still meet the database's waiting."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._queues: dict[Hashable, collections.deque[threading.Event]] = {}
+
+    def take(self, key: Hashable, timeout: float) -> bool:
+        """Wait for the key's turn (False: it did not come within timeout seconds)."""
+        mine = threading.Event()
+        with self._guard:
+            queue = self._queues.setdefault(key, collections.deque())
+            queue.append(mine)
+            if len(queue) == 1:
+                return True
+        if mine.wait(timeout):
+            return True
+        with self._guard:
+            if mine.is_set():   # the turn came as the wait ended
+                return True
+            self._queues[key].remove(mine)
+            return False
+
+    def give_back(self, key: Hashable) -> None:
+        """End the key's turn: the next in line, if any, starts."""
+        with self._guard:
+            queue = self._queues[key]
+            queue.popleft()
+            if queue:
+                queue[0].set()
+            else:
+                del self._queues[key]
+
+
+_turns = Turns()
+# How long a writer waits for its turn before a 503: SQLite's busy timeout, PostgreSQL's pool timeout.
+_turn_waits: dict[pw.Database, float] = {}
 
 
 def make_database(url: str, *, pool_size: int = 16, pool_timeout: int = 5,
@@ -71,39 +111,44 @@ def _open(url: str, pool_size: int, pool_timeout: int, busy_timeout_ms: int) -> 
             "journal_mode": "wal", "foreign_keys": 1, "busy_timeout": busy_timeout_ms,
             "synchronous": "normal", "cache_size": -8000, "temp_store": "memory",
         })
-        _sqlite_writers[db] = (threading.RLock(), busy_timeout_ms / 1000)
+        _turn_waits[db] = busy_timeout_ms / 1000
         return db
     # psycopg's documented hook for reading json and jsonb columns; process-wide, like the pool.
     from psycopg.types.json import set_json_loads
     set_json_loads(jsoncodec.decode)
-    return PooledPostgresqlDatabase(
+    db = PooledPostgresqlDatabase(
         unquote(parts.path.lstrip("/")), user=unquote(parts.username or "") or None,
         password=unquote(parts.password or "") or None, host=parts.hostname, port=parts.port,
         max_connections=pool_size, timeout=pool_timeout, stale_timeout=300,
         connect_timeout=max(1, pool_timeout), prefer_psycopg3=True,
     )
+    _turn_waits[db] = pool_timeout
+    return db
 
 
 @contextlib.contextmanager
-def transaction() -> Iterator[None]:
-    """A write transaction (database.atomic()), after the process's other SQLite writers.
+def transaction(turn: int | None = None) -> Iterator[None]:
+    """A write transaction (database.atomic()), in its turn among the process's writers.
 
-    Every write that touches several rows goes through here. Nested, it is a savepoint of the
-    outer transaction, which already has the turn.
+    Every write that touches several rows goes through here. On SQLite every writer takes turns;
+    on PostgreSQL the transactions that create leads in a workspace (`turn`: its id) do, as
+    routing's rotation would make them wait for each other anyway. The turn is taken as the
+    transaction begins, before it holds any lock, so a writer in its turn never waits for a lock
+    that one in line holds. Nested (a savepoint of the outer transaction), it takes none.
     """
-    writer = _sqlite_writers.get(database.obj)
-    if writer is None:   # PostgreSQL: rows are locked where they are written
+    db = database.obj
+    key = db if isinstance(db, pw.SqliteDatabase) else None if turn is None else ("workspace", turn)
+    if key is None or database.in_transaction():
         with database.atomic():
             yield
         return
-    lock, wait_seconds = writer
-    if not lock.acquire(timeout=wait_seconds):
+    if not _turns.take(key, _turn_waits[db]):
         raise pw.OperationalError("database is locked (another write of this process held it too long)")
     try:
         with database.atomic():
             yield
     finally:
-        lock.release()
+        _turns.give_back(key)
 
 
 def is_postgres(db: pw.Database | pw.DatabaseProxy = database) -> bool:

@@ -142,7 +142,7 @@ def create_lead(data: Mapping[str, Any], actor: Actor, refs: Refs) -> Created:
     rescore(lead, refs)
     routed = {**data, "source": source.public_id if source else None, "custom_fields": custom}
     try:
-        with transaction():
+        with transaction(turn=actor.workspace.id):
             # On SQLite the write lock keeps every other create out from here on; on PostgreSQL
             # the unique indexes catch a create that commits in between (below).
             existing, matched_on = find_duplicate(actor.workspace.id, phone, email)

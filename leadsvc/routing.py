@@ -9,8 +9,8 @@ choice; where its state lives is a `Turns`: in the database for the API, web for
 
 In the database, rotation state is on the rule (or, for the fallback, the workspace) that
 rotates, and the create transaction locks that one row before reading it; least-open locks the
-rule before it reads the open-lead counts. So creates routed by the same rule take turns (across
-processes), and creates routed by different rules do not wait for each other.
+rule before it reads the open-lead counts. So creates routed by the same rule take turns across
+processes; within one, a workspace's creates queue before they begin (db.transaction's turn).
 """
 
 from __future__ import annotations

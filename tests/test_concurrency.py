@@ -2,13 +2,14 @@
 
 import random
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from conftest import bulk_leads, lead_body, owner_email, with_rules
-from leadsvc.db import database, transaction
+from leadsvc.db import Turns, database, is_postgres, transaction
 from leadsvc.models import Lead, Workspace
 from served import call
 
@@ -138,6 +139,61 @@ def test_sqlite_writers_of_one_process_take_turns_and_a_nested_write_is_part_of_
         thread.join(30)
     assert second_done.is_set()
     assert Workspace.get(Workspace.public_id == ws.public_id).name == "second"
+
+
+def test_turns_come_in_the_order_asked_and_a_wait_that_ends_leaves_the_line():
+    turns, order = Turns(), []
+    assert turns.take("w", 1)
+
+    def wait_then_note(n):
+        assert turns.take("w", 30)
+        order.append(n)
+        turns.give_back("w")
+
+    waiters = [threading.Thread(target=wait_then_note, args=(n,), daemon=True) for n in range(4)]
+    for waiter in waiters:
+        waiter.start()
+        time.sleep(0.2)   # in line before the next one comes
+    assert turns.take("other key", 1), "another key has its own line"
+    assert not turns.take("w", 0.05), "the turn is taken"
+    turns.give_back("w")
+    for waiter in waiters:
+        waiter.join(30)
+    assert order == [0, 1, 2, 3]
+    assert turns.take("w", 0), "the one that gave up waiting left the line"
+
+
+def test_a_workspaces_creates_take_turns_and_on_postgresql_another_workspaces_do_not_wait(live_server, ws, other_ws):
+    # On SQLite every writer of a process waits for the one in its turn; on PostgreSQL only the
+    # creates of the same workspace, which routing's rotation would make wait anyway.
+    holding, release = threading.Event(), threading.Event()
+    workspace_id = Workspace.get(Workspace.public_id == ws.public_id).id
+
+    def hold_the_turn():
+        with transaction(turn=workspace_id):
+            holding.set()
+            release.wait(30)
+        database.close()
+
+    def create(tenant, done):
+        reply = call(live_server, "POST", "/api/v1/leads", json_body=lead_body(tenant), headers=tenant.headers())
+        done.append(reply.status)
+
+    holder = threading.Thread(target=hold_the_turn, daemon=True)
+    holder.start()
+    assert holding.wait(30)
+    same, other = [], []
+    creates = [threading.Thread(target=create, args=(ws, same), daemon=True),
+               threading.Thread(target=create, args=(other_ws, other), daemon=True)]
+    for thread in creates:
+        thread.start()
+    creates[1].join(0.5 if not is_postgres() else 30)
+    assert other == ([201] if is_postgres() else []), "another workspace's create"
+    assert same == [], "the same workspace's create waits for the turn"
+    release.set()
+    for thread in [holder, *creates]:
+        thread.join(30)
+    assert same == [201] and other == [201]
 
 
 @pytest.mark.only_on("sqlite")

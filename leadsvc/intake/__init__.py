@@ -61,7 +61,7 @@ def take(connector: Connector, payload: Any, mapped: Mapped, settings: Mapping[s
     row = Intake(workspace=connector.workspace_id, connector=connector.id, external_id=mapped.external_id,
                  payload=payload, received_at=now, updated_at=now)
     try:
-        with transaction():
+        with transaction(turn=connector.workspace_id):   # a create's turn (db.transaction)
             _settle(row, connector, mapped, settings, request_id)   # the intake is inserted with its outcome
     except pw.IntegrityError:
         # A concurrent delivery of the same id committed first (on PostgreSQL this one's insert
@@ -107,7 +107,7 @@ def _queue_again(row: Intake) -> Intake:
 def settle(row: Intake, connector: Connector, payload: Any, mapped: Mapped, settings: Mapping[str, Any]) -> Intake:
     """Send a stored intake's lead through the create path (a fetched pending one, a retried
     rejected one), keeping `payload` as what it stands for; one transaction, the intake locked."""
-    with transaction():
+    with transaction(turn=connector.workspace_id):   # a create's turn (db.transaction)
         current = for_update(Intake.select().where(Intake.id == row.id)).first()
         if current is None or current.outcome not in ("pending", "rejected"):
             raise Conflict(f"Intake {row.public_id} was settled already: only a pending or rejected one runs again.")
