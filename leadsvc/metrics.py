@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import datetime
 from ipaddress import ip_address
 from typing import Any, Callable, Iterable, Iterator
 
+import peewee as pw
 from flask import Blueprint, Flask, Response, current_app, g, request, request_finished
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from .config import networks
-from .db import UNAVAILABLE_ERRORS
+from .db import UNAVAILABLE_ERRORS, database, statement
 from .models import Delivery, Timer, utcnow
 from .observability import request_method, request_route
 from .problems import NotFound, problem_response
@@ -102,20 +104,31 @@ class Metrics:
 
 
 def webhook_backlog() -> float:
-    """Deliveries due now, from the database (NaN, Prometheus' "no value", when it does not answer:
-    the rest of the page still renders)."""
-    try:
-        return Delivery.select().where(Delivery.next_attempt_at <= utcnow()).count()
-    except UNAVAILABLE_ERRORS:
-        return math.nan
+    """Deliveries due now (all processes on this database)."""
+    return _due_now(_backlog, Delivery.next_attempt_at)
 
 
 def timers_due() -> float:
-    """Timers due now, from the database (NaN when it does not answer)."""
+    """Timers due now (all processes on this database)."""
+    return _due_now(_timers_due, Timer.fire_at)
+
+
+def _due_now(build: Callable[[], pw.Query], due: pw.Field) -> float:
+    """How many rows `build`'s count finds due by now, from the database: NaN, Prometheus' "no
+    value", when it does not answer, so the rest of the page still renders. Asked on every
+    scrape, so the statement is written once (db.statement)."""
     try:
-        return Timer.select().where(Timer.fire_at <= utcnow()).count()
+        return database.execute_sql(statement(build), [due.db_value(utcnow())]).fetchone()[0]
     except UNAVAILABLE_ERRORS:
         return math.nan
+
+
+def _backlog() -> pw.Query:
+    return Delivery.select(pw.fn.COUNT(pw.SQL("*"))).where(Delivery.next_attempt_at <= datetime.min)
+
+
+def _timers_due() -> pw.Query:
+    return Timer.select(pw.fn.COUNT(pw.SQL("*"))).where(Timer.fire_at <= datetime.min)
 
 
 def init_app(app: Flask) -> None:
