@@ -3,8 +3,10 @@ function that raises delays only its own timer; a tick with nothing due is one q
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import re
 import subprocess
 import threading
 from datetime import timedelta
@@ -12,11 +14,11 @@ from datetime import timedelta
 import pytest
 
 import timer_kind
-from conftest import WEBHOOK_TEST_ENV
+from conftest import WEBHOOK_TEST_ENV, plan
 from leadsvc import clock
 from leadsvc.clock import Clock
 from leadsvc.config import ConfigError, load_settings
-from leadsvc.db import database, transaction
+from leadsvc.db import database, is_postgres, transaction
 from leadsvc.models import Lead, Timer, Workspace, utcnow
 from served import ServedProcess, clean_env, wait_until
 
@@ -195,6 +197,33 @@ def test_a_tick_with_nothing_due_is_one_query(ticking, ws, leads, caplog):
     sent = [record for record in caplog.records if record.name == "peewee" and record.thread == threading.get_ident()]
     assert len(sent) == 1, [record.getMessage() for record in sent]
     assert "timer" in sent[0].getMessage() and "fire_at" in sent[0].getMessage()
+
+
+def test_a_tick_with_nothing_due_reads_the_start_of_the_fire_at_index_in_any_plan(ticking, ws, caplog):
+    """psycopg prepares a statement sent often, and PostgreSQL may then keep one plan for any `now`:
+    that plan too must read the fire_at index from its start, not the table to its end."""
+    later = utcnow() + timedelta(days=1)
+    with transaction():
+        clock.arm_all([(KIND, subject, workspace_of(ws), later) for subject in range(1, 5001)])
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        assert ticking.tick() == 0
+    [(statement, params)] = [record.msg for record in caplog.records
+                       if record.name == "peewee" and record.thread == threading.get_ident()]
+    if is_postgres():
+        from psycopg import sql
+
+        database.execute_sql("ANALYZE timer")
+        numbered = re.sub("%s", lambda _, n=itertools.count(1): f"${next(n)}", statement)
+        with transaction():
+            database.execute_sql(f"PREPARE nothing_due AS {numbered}")
+            database.execute_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+            values = sql.SQL(", ").join(map(sql.Literal, params)).as_string(database.connection())
+            generic = str(database.execute_sql(f"EXPLAIN (FORMAT JSON) EXECUTE nothing_due({values})").fetchone()[0])
+            database.execute_sql("DEALLOCATE nothing_due")
+        assert "timer_fire_at" in generic and "Seq Scan" not in generic, (statement, generic)
+    else:
+        assert "timer_fire_at" in plan(statement, params)
+    Timer.delete().execute()
 
 
 def test_fired_timers_are_counted_in_metrics(ticking, client, ws, leads):
