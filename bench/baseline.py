@@ -2,10 +2,11 @@
 
 `GET /api/v1/leads` looks the bearer token up by sha256, scopes by the member's role (admin:
 workspace, manager: team, agent: own leads), reads one keyset page of 50 (default sort,
-`page[after]` cursor) with the source, status, owner and team joined in, and answers with the
-same document built by hand and `json.dumps`. `POST /api/v1/leads` does the same unique checks
-as a create (phone and e-mail lookups in the workspace) and inserts the lead. No ORM, no
-schemas, no rate limiter, no audit: it is the yardstick that `make bench` divides by.
+`page[after]` cursor) with the source, status, owner, team, lost reason and connector joined in,
+and answers with the same document built by hand and `json.dumps` (the bench checks that the
+pages are equal). `POST /api/v1/leads` does the same unique checks as a create (phone and e-mail
+lookups in the workspace) and inserts the lead. No ORM, no schemas, no rate limiter, no audit:
+it is the yardstick that `make bench` divides by.
 
     python bench/baseline.py --url sqlite:///bench/.cache/leads.sqlite3 --port 8090
 """
@@ -21,7 +22,7 @@ import sqlite3
 import string
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 from flask import Flask, Response, request
 from waitress import serve
@@ -31,9 +32,13 @@ BASE62 = string.digits + string.ascii_letters
 LEAD_COLUMNS = """l.public_id, l.first_name, l.last_name, l.phone, l.email, s.public_id, s.name,
     st.public_id, st.name, st.kind, st.position, m.public_id, m.name, m.role, t.public_id, t.name,
     l.estimated_value, l.custom_fields, l.score, l.score_reasons, l.created_at, l.updated_at,
-    l.last_activity_at, l.status_changed_at"""
+    l.last_activity_at, l.status_changed_at, lr.public_id, lr.name, l.consent, l.do_not_contact, l.erased_at,
+    l.next_task_due_at, l.open_tasks, l.response_due_at, l.first_response_at, l.first_response_seconds,
+    l.stale_since, l.channel, c.public_id, c.name, l.attribution"""
 LEAD_JOINS = """FROM lead l LEFT JOIN source s ON s.id = l.source_id JOIN status st ON st.id = l.status_id
-    LEFT JOIN member m ON m.id = l.owner_id LEFT JOIN team t ON t.id = l.team_id"""
+    LEFT JOIN member m ON m.id = l.owner_id LEFT JOIN team t ON t.id = l.team_id
+    LEFT JOIN lost_reason lr ON lr.id = l.lost_reason_id LEFT JOIN connector c ON c.id = l.connector_id"""
+ERASED_CONTACT = {"first_name": None, "last_name": None, "full_name": None, "phone": None, "email": None}
 RANDOM_SPACE = 62**16
 
 
@@ -81,12 +86,14 @@ class Store:
         return self.connection().execute(self.sql(text), params).fetchone()
 
 
+def when(value) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 def iso(value) -> str | None:
     if value is None:
         return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.isoformat() + "Z"
+    return when(value).isoformat(timespec="microseconds") + "Z"
 
 
 def problem(status: int, code: str) -> Response:
@@ -126,12 +133,16 @@ def create_app(url: str) -> Flask:
         rows = store.all(f"SELECT {LEAD_COLUMNS} {LEAD_JOINS} WHERE {where} "
                          f"ORDER BY l.created_at DESC, l.public_id DESC LIMIT 51", tuple(params))
         data = []
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
         for r in rows[:50]:
-            custom, reasons = r[17], r[19]
+            custom, reasons, consent, attribution = r[17], r[19], r[26], r[38]
+            due, responded = when(r[31]), when(r[32])
+            first, last = r[1] or "", r[2] or ""
             data.append({
                 "id": r[0],
-                "contact": {"first_name": r[1], "last_name": r[2], "full_name": f"{r[1]} {r[2]}".strip(),
-                            "phone": r[3], "email": r[4]},
+                "contact": ERASED_CONTACT if r[28] is not None else {
+                    "first_name": first, "last_name": last, "full_name": f"{first} {last}".strip(), "phone": r[3],
+                    "email": r[4]},
                 "source": {"id": r[5], "name": r[6]} if r[5] else None,
                 "status": {"id": r[7], "name": r[8], "kind": r[9], "position": r[10]},
                 "owner": {"id": r[11], "name": r[12], "role": r[13]} if r[11] else None,
@@ -144,6 +155,17 @@ def create_app(url: str) -> Flask:
                 "score_reasons": json.loads(reasons) if isinstance(reasons, str) else reasons,
                 "created_at": iso(r[20]), "updated_at": iso(r[21]), "last_activity_at": iso(r[22]),
                 "status_changed_at": iso(r[23]),
+                "lost_reason": {"id": r[24], "name": r[25]} if r[24] else None,
+                "consent": json.loads(consent) if isinstance(consent, str) else consent,
+                "do_not_contact": bool(r[27]), "erased_at": iso(r[28]), "next_task_due_at": iso(r[29]),
+                "open_tasks": r[30],
+                "sla": None if due is None else {
+                    "due_at": iso(due), "responded_at": iso(responded), "response_seconds": r[33],
+                    "state": ("overdue" if now >= due else "due") if responded is None
+                    else "met" if responded <= due else "missed"},
+                "stale_since": iso(r[34]),
+                "attribution": {"channel": r[35], "connector": {"id": r[36], "name": r[37]} if r[36] else None,
+                                **((json.loads(attribution) if isinstance(attribution, str) else attribution) or {})},
             })
         next_link = None
         if len(rows) > 50:
@@ -179,7 +201,7 @@ def create_app(url: str) -> Flask:
             status_id = store.one("SELECT id FROM status WHERE workspace_id = ? ORDER BY position LIMIT 1",
                                   (workspace_id,))[0]
             public_id = lead_id()
-            now = datetime.utcnow()
+            now = datetime.now(timezone.utc).replace(tzinfo=None)
             stamp = now if store.postgres else now.isoformat(" ")
             store.one("""INSERT INTO lead (workspace_id, public_id, first_name, last_name, phone, email, status_id,
                              owner_id, team_id, custom_fields, score, score_reasons, engagement, version, created_at,

@@ -319,6 +319,23 @@ def get(url: str, token: str) -> tuple[int, dict | None, float]:
         return exc.code, None, time.perf_counter() - started
 
 
+def same_pages(leadsvc: Server, baseline: Server, secret: dict[str, str]) -> None:
+    """The baseline is a yardstick only while it does leadsvc's work: each role's first page of
+    leads must be the same document from both (a new field of the lead goes into baseline.py too)."""
+    for role, token in secret.items():
+        (own_status, own, _), (base_status, base, _) = (get(server.url("/api/v1/leads"), token)
+                                                         for server in (leadsvc, baseline))
+        if own_status != 200 or base_status != 200:
+            sys.exit(f"the first page of leads as {role}: leadsvc answered {own_status}, the baseline {base_status}")
+        for mine, theirs in zip(own["data"], base["data"]):
+            if mine != theirs:
+                differ = sorted(key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key))
+                sys.exit(f"the baseline's lead {mine['id']} differs from leadsvc's in {', '.join(differ)}: "
+                         "bench/baseline.py must build the lead document that leadsvc answers")
+        if len(own["data"]) != len(base["data"]):
+            sys.exit(f"the first page as {role}: {len(own['data'])} leads from leadsvc, {len(base['data'])} from the baseline")
+
+
 def deep_cursor(server: Server, token: str) -> str:
     """A cursor DEEP_ROWS rows into the admin's default sort, by walking 200-row pages once."""
     path, walked = "/api/v1/leads?page%5Bsize%5D=200", 0
@@ -485,6 +502,8 @@ def measure(db: Database, tokens: dict, seconds: float, service_root: str | None
         list_path = "/api/v1/leads"
         for server in (leadsvc, baseline):   # warm caches and connections
             wrk(server.url(list_path), secret["admin"], connections=8, seconds=3)
+        if service_root is None:   # an older checkout's lead has fewer fields
+            same_pages(leadsvc, baseline, secret)
 
         if "list" in phases:
             log(f"{db.backend}: list throughput, 8 connections, per role")
