@@ -200,15 +200,15 @@ def test_a_tick_with_nothing_due_is_one_query(ticking, ws, leads, caplog):
 
 
 def test_a_tick_with_nothing_due_reads_the_start_of_the_fire_at_index_in_any_plan(ticking, ws, caplog):
-    """psycopg prepares a statement sent often, and PostgreSQL may then keep one plan for any `now`:
-    that plan too must read the fire_at index from its start, not the table to its end."""
+    """psycopg prepares a statement sent often, and PostgreSQL may then keep one plan for any value
+    of its parameters: that plan too must read the fire_at index from its start, not the table."""
     later = utcnow() + timedelta(days=1)
     with transaction():
         clock.arm_all([(KIND, subject, workspace_of(ws), later) for subject in range(1, 5001)])
     with caplog.at_level(logging.DEBUG, logger="peewee"):
         assert ticking.tick() == 0
     [(statement, params)] = [record.msg for record in caplog.records
-                       if record.name == "peewee" and record.thread == threading.get_ident()]
+                             if record.name == "peewee" and record.thread == threading.get_ident()]
     if is_postgres():
         from psycopg import sql
 
