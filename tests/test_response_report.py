@@ -125,7 +125,9 @@ def test_filters_by_owner_source_and_created_at(client, sla_ws, responses):
     referral = report(client, sla_ws, **{"filter[source]": sla_ws.ids.sources["Referral"]})
     assert figures(referral) == BY_SOURCE[0][1:]
     assert [name for name, *_ in breakdown(referral, "owner")] == ["Neel Agent", "Nora Agent", None]
-    later = report(client, sla_ws, **{"filter[created_at]": f"{(DUE + timedelta(days=1)).date()}.."})
+    # Dates are days of the workspace's time zone (UTC+5:30): from 18:30 UTC the leads' creation day
+    # there is already the next UTC day, so the first day certainly after it is two UTC days on.
+    later = report(client, sla_ws, **{"filter[created_at]": f"{(DUE + timedelta(days=2)).date()}.."})
     assert figures(later) == (0, 0, 0, 0, 0, None, None)
     assert later["by_owner"] == [] and later["by_source"] == []
 
