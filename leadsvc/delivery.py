@@ -24,14 +24,17 @@ import collections
 import logging
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+import peewee as pw
+
 from . import events
-from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, transaction
+from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, statement, transaction
 from .models import Delivery, Event, Webhook, utcnow
 from .outbound import Answer, Sender, operator_settings
 
@@ -98,10 +101,15 @@ class Jobs:
     def __init__(self, deliverer: "Deliverer"):
         self.deliverer = deliverer
 
-    def due(self, now: datetime, rows: int, full_workspaces: list[int], holding: collections.Counter,
-            leaving: list[int]) -> list[tuple]:
-        """Up to `rows` of the oldest due jobs, none of a full workspace or destination nor in
-        `leaving`, as (id, workspace id, destination, due at), in the claim's transaction."""
+    def oldest(self, now: datetime, rows: int) -> list[tuple]:
+        """Up to `rows` of the oldest due jobs, whoever holds what, as (id, workspace id,
+        destination, due at), in the claim's transaction. Read on every claim: one statement,
+        written once (db.statement)."""
+        raise NotImplementedError
+
+    def due(self, now: datetime, rows: int, full_workspaces: list[int], holding: collections.Counter) -> list[tuple]:
+        """Up to `rows` of the oldest due jobs of the workspaces and destinations below their caps,
+        as `oldest` gives them."""
         raise NotImplementedError
 
     def lease(self, ids: list[int], now: datetime, lease_until: datetime) -> list[tuple[int, int]]:
@@ -146,22 +154,32 @@ class WebhookDeliveries(Jobs):
         # are left out of the next claim's read.
         self.destinations: dict[int, tuple] = {}
 
-    def due(self, now, rows, full_workspaces, holding, leaving):
+    def oldest(self, now, rows):
+        return self.with_destinations(database.execute_sql(statement(oldest_deliveries),
+                                                    [Delivery.next_attempt_at.db_value(now), rows]).fetchall())
+
+    def due(self, now, rows, full_workspaces, holding):
         per_host = self.deliverer.settings["per_host"]
         full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
-        query = (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url, Delivery.next_attempt_at)
-                 .join(Webhook)
-                 .where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
-                        & Webhook.id.not_in(full_hooks) & Delivery.id.not_in(leaving))
-                 .order_by(Delivery.next_attempt_at).limit(rows))
+        query = (due_deliveries().where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
+                                        & Webhook.id.not_in(full_hooks)).limit(rows))
         if is_postgres():   # another process's claim is left to it
             query = query.for_update(of=Delivery, skip_locked=True)
-        found = list(query.tuples())
+        return self.with_destinations(query.tuples())
+
+    def with_destinations(self, found: Any) -> list[tuple]:
+        """(delivery id, webhook id, workspace id, URL, due at) rows as claims take them, each
+        webhook's destination parsed once."""
         if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
             self.destinations.clear()
             self.deliverer.forget_quick()
-        self.destinations.update((hook, destination(url)) for _, hook, _, url, _ in found)
-        return [(delivery_id, workspace, self.destinations[hook], due) for delivery_id, hook, workspace, _, due in found]
+        rows = []
+        for delivery_id, hook, workspace, url, due in found:
+            where = self.destinations.get(hook)
+            if where is None:
+                where = self.destinations[hook] = destination(url)
+            rows.append((delivery_id, workspace, where, Delivery.next_attempt_at.python_value(due)))
+        return rows
 
     def lease(self, ids, now, lease_until):
         return list(Delivery.update(next_attempt_at=lease_until, attempts=Delivery.attempts + 1)
@@ -236,6 +254,18 @@ class WebhookDeliveries(Jobs):
         return delivery.state
 
 
+def due_deliveries() -> pw.Query:
+    """Due deliveries oldest first, with where each goes, for a claim to narrow."""
+    return (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url, Delivery.next_attempt_at)
+            .join(Webhook).order_by(Delivery.next_attempt_at))
+
+
+def oldest_deliveries() -> pw.Query:
+    """The oldest due deliveries (parameters: now, how many)."""
+    query = due_deliveries().where(Delivery.next_attempt_at <= datetime.min).limit(1)
+    return query.for_update(of=Delivery, skip_locked=True) if is_postgres() else query
+
+
 # --- the deliverer ---------------------------------------------------------------------------
 
 class Deliverer:
@@ -290,7 +320,10 @@ class Deliverer:
 
     def run(self) -> None:
         """Claim and hand out work until stopped: at once after a commit in this process wrote
-        jobs, else every poll interval (jobs written by other processes)."""
+        jobs or an attempt ended, else every poll interval (jobs written by other processes, or
+        due again). A claim looks past the workspaces at their cap after such a commit, and at
+        least once a poll interval."""
+        looked_past_caps = 0.0
         while not self.stopping.is_set():
             with self.lock:
                 free = self.senders - self.in_flight
@@ -299,7 +332,11 @@ class Deliverer:
                 self.slot_freed.clear()
                 continue
             events.work_waiting.clear()
-            claimed = self._claim_safely(free)
+            past_caps = events.jobs_written.is_set() or time.monotonic() - looked_past_caps >= self.poll
+            if past_caps:
+                events.jobs_written.clear()
+                looked_past_caps = time.monotonic()
+            claimed = self._claim_safely(free, past_caps)
             for item in claimed:
                 with self.lock:
                     self.in_flight += 1
@@ -324,9 +361,9 @@ class Deliverer:
             # job now, not a poll interval later.
             events.work_waiting.set()
 
-    def _claim_safely(self, limit: int) -> list[Claimed]:
+    def _claim_safely(self, limit: int, past_caps: bool) -> list[Claimed]:
         try:
-            return self.claim(limit)
+            return self.claim(limit, past_caps)
         except UNAVAILABLE_ERRORS as exc:
             log.warning("cannot claim deliveries: %s", exc)
         except Exception:   # the thread lives on: the next poll tries again
@@ -346,24 +383,32 @@ class Deliverer:
             made += len(claimed)
         return made
 
-    def claim(self, limit: int) -> list[Claimed]:
-        """Up to `limit` due jobs, each leased to this process for one attempt: oldest first, but
-        none of a workspace or destination that holds its share of the sender slots; then slots
-        to spare, past the caps, to destinations that answer quickly."""
+    def claim(self, limit: int, past_caps: bool = True) -> list[Claimed]:
+        """Up to `limit` due jobs, each leased to this process for one attempt: oldest first, within
+        each workspace's and destination's share of the sender slots, the workspaces with the fewest
+        attempts under way first; then slots to spare, past the caps, to destinations that answer
+        quickly. The oldest due jobs may all be of workspaces or destinations at their cap: with
+        `past_caps` the claim also reads the oldest jobs of the others, a read that walks past the
+        capped ones' backlog (run() asks for it when jobs were written, and once a poll interval)."""
         now = self.clock()
         lease_until = now + self.lease
         with self.lock:
             holding = collections.Counter(self.holding)
             quick = set(self.quick)
         per_workspace, per_host = self.settings["per_workspace"], self.settings["per_host"]
-        full_workspaces = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
+        rows = limit * CANDIDATES_PER_SENDER
         with transaction():
-            candidates = self.due(now, limit * CANDIDATES_PER_SENDER, full_workspaces, holding, {})
+            oldest = self.candidates(rows, lambda jobs: jobs.oldest(now, rows))
+            candidates = oldest
+            if past_caps and len(oldest) == rows:   # fewer: every due job is among them
+                full = [key[1] for key, held in holding.items() if key[0] == "workspace" and held >= per_workspace]
+                others = self.candidates(rows, lambda jobs: jobs.due(now, rows, full, holding))
+                candidates = sorted({job[0]: job for job in oldest + others}.values(), key=lambda job: job[3])
             chosen = share_out(candidates, holding, limit, per_workspace, per_host)
             spare = limit - len(chosen) - per_workspace   # one workspace's share stays free for whoever comes next
             if spare > 0 and quick:
-                others = self.due(now, spare * CANDIDATES_PER_SENDER, [], collections.Counter(), chosen)
-                lent = [(job, (("workspace", workspace), where)) for job, workspace, where, _ in others if where in quick]
+                lent = [(job, (("workspace", workspace), where)) for job, workspace, where, _ in oldest
+                        if job not in chosen and where in quick]
                 chosen.update(lent[:spare])
             attempts = {(index, job_id): attempt for index, jobs in enumerate(self.kinds)
                         if (ids := of_kind(chosen, index))
@@ -372,12 +417,11 @@ class Deliverer:
                 for index, jobs in enumerate(self.kinds) if (ids := of_kind(attempts, index))
                 for row in jobs.load(ids)]
 
-    def due(self, now: datetime, rows: int, full_workspaces: list[int], holding: collections.Counter,
-            leaving: dict) -> list[tuple]:
-        """The oldest `rows` due jobs of every kind, as ((kind, id), workspace, destination, due at)."""
+    def candidates(self, rows: int, read: Callable[[Jobs], list[tuple]]) -> list[tuple]:
+        """The oldest `rows` of what `read` finds due of every kind, as ((kind, id), workspace,
+        destination, due at)."""
         found = [((index, job_id), workspace, where, due) for index, jobs in enumerate(self.kinds)
-                 for job_id, workspace, where, due in jobs.due(now, rows, full_workspaces, holding,
-                                                               of_kind(leaving, index))]
+                 for job_id, workspace, where, due in read(jobs)]
         found.sort(key=lambda candidate: candidate[3])
         return found[:rows]
 

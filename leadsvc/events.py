@@ -46,8 +46,17 @@ EVENT_TYPES = (*LEAD_EVENTS, *TASK_EVENTS, TEST_EVENT)
 ROTATION_OVERLAP = timedelta(hours=24)   # how long the previous secret still signs after a rotation
 SECRET_PREFIX = "whsec_"
 
-# Set after a commit that wrote deliveries, so this process's delivery threads start at once.
+# Set after a commit that wrote jobs (deliveries, fetches): this process's delivery thread looks
+# for them at once, past the workspaces at their cap too.
+jobs_written = threading.Event()
+# Set with it, and when an attempt ends: the delivery thread looks again at once.
 work_waiting = threading.Event()
+
+
+def jobs_committed() -> None:
+    """After a commit that wrote jobs."""
+    jobs_written.set()
+    work_waiting.set()
 
 
 class SecretKeyMissing(Exception):
@@ -80,7 +89,7 @@ def write(workspace_id: int, event_type: str, data: dict[str, Any], hooks: Itera
             for (hook,) in live.tuples()]
     if rows:
         Delivery.insert_many(rows).execute()
-    database.after_commit(work_waiting.set)
+    database.after_commit(jobs_committed)
     return event
 
 

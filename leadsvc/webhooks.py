@@ -204,7 +204,7 @@ def replay(row: Delivery, hook: Webhook) -> Delivery:
             raise Conflict("The webhook is disabled; set active to true first.")
         # Locked, the webhook keeps its deliveries; the delivery went only if it went with it.
         Delivery.update(state="pending", failures=0, next_attempt_at=utcnow()).where(Delivery.id == row.id).execute()
-        database.after_commit(events.work_waiting.set)
+        database.after_commit(events.jobs_committed)
     replayed = Delivery.get_by_id(row.id)
     replayed.event = row.event
     return replayed

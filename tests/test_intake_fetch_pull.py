@@ -57,8 +57,10 @@ def settings_with(app, **sections) -> dict:
 def fetcher(app, clock, graph_api, monkeypatch):
     """A deliverer on the test's clock (no jitter) whose Graph API is the fake; the page token set."""
     monkeypatch.setenv(META_PAGE_TOKEN_ENV, META_PAGE_TOKEN)
-    # The run's tests share a database: what earlier tests left scheduled is not this test's.
+    # The run's tests share a database: what earlier tests left scheduled (fetches, and webhook
+    # deliveries, which the same claims take) is not this test's.
     Intake.update(next_attempt_at=None).where(Intake.next_attempt_at.is_null(False)).execute()
+    Delivery.update(next_attempt_at=None).where(Delivery.next_attempt_at.is_null(False)).execute()
 
     def build(graph_url: str | None = None, **webhooks) -> Deliverer:
         settings = settings_with(app, connectors={"meta_graph_url": graph_url or graph_api.url}, webhooks=webhooks)

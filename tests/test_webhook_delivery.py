@@ -371,6 +371,45 @@ def test_slow_receivers_of_other_workspaces_keep_a_workspaces_lag_within_its_bou
     assert max(lags) < timeout, f"lags {[round(lag, 2) for lag in lags]} s, bound {timeout} s"
 
 
+@pytest.mark.slow
+def test_a_delivery_another_process_wrote_behind_a_capped_backlog_is_claimed_within_the_poll_interval(
+        app, client, make_workspace):
+    # A claim reads the oldest due deliveries. When they all belong to a workspace at its cap, it
+    # also looks past that backlog: at once after a commit in this process, and once a poll
+    # interval for what other processes wrote. Without that look the other workspace's delivery
+    # would wait for the whole backlog (80 attempts of T, two at a time).
+    import time
+
+    timeout = 1.0
+    settings = {**app.config["LEADSVC"], "webhooks": {**app.config["LEADSVC"]["webhooks"], "timeout": timeout,
+                                                      "per_workspace": 2, "per_host": 2}}
+    slow, other = make_workspace(), make_workspace()
+    stop = threading.Event()
+    Delivery.update(next_attempt_at=None).execute()
+    with RawReceiver(lambda sock: stop.wait(30)) as tarpit, Receiver() as receiver:
+        hook = register_webhook(client, other, receiver.url, ["lead.created"])
+        client.post("/api/v1/leads", json=lead_body(other), headers=other.headers())
+        [written] = deliveries_of(hook["id"])
+        Delivery.update(next_attempt_at=None).where(Delivery.id == written.id).execute()   # not due yet
+        for _ in range(16):
+            register_webhook(client, slow, tarpit.url, ["lead.created"])
+        for _ in range(5):
+            client.post("/api/v1/leads", json=lead_body(slow), headers=slow.headers())
+        running = Deliverer(settings, version="test").start()
+        try:
+            wait_until(lambda: Delivery.select().where(Delivery.attempts > 0).count() >= 2, 10, "tarpits busy")
+            time.sleep(2 * running.poll)   # past the look of the first claims
+            started = time.time()
+            # Due now, as another process's commit makes it: nothing in this process wakes the claims.
+            Delivery.update(next_attempt_at=utcnow()).where(Delivery.id == written.id).execute()
+            wait_until(lambda: receiver.received, 30, "the other workspace's event")
+            lag = receiver.received[0].at - started
+        finally:
+            stop.set()
+            running.stop()
+    assert lag < timeout, f"lag {lag:.2f} s; the poll interval is {running.poll} s"
+
+
 class CountingReceiver(RawReceiver):
     """Answers 200 after `delay` seconds, counting the requests it holds at once."""
 

@@ -82,7 +82,7 @@ def queue(connector: Connector, external_id: str, payload: Any) -> Intake:
     try:
         with transaction():
             row.save(force_insert=True)
-            database.after_commit(events.work_waiting.set)   # this process's deliverer fetches it at once
+            database.after_commit(events.jobs_committed)   # this process's deliverer fetches it at once
     except pw.IntegrityError:
         if (seen := _stored(connector, external_id)) is None:
             raise
@@ -100,7 +100,7 @@ def _queue_again(row: Intake) -> Intake:
         current.outcome, current.errors, current.failures = "pending", None, 0
         current.next_attempt_at = current.updated_at = now
         current.save()
-        database.after_commit(events.work_waiting.set)
+        database.after_commit(events.jobs_committed)
     return current
 
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import peewee as pw
+
 from .. import intake
-from ..db import for_update, is_postgres, transaction
+from ..db import database, for_update, is_postgres, statement, transaction
 from ..delivery import Claimed, Jobs, destination, kind, next_delay
 from ..models import Connector, Intake
 from ..outbound import Answer
@@ -65,6 +67,18 @@ def read_lead(answer: Answer) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
+def due_fetches() -> pw.Query:
+    """Intakes due for a fetch, oldest first (the partial index intake_due holds exactly those
+    with a fetch scheduled)."""
+    return Intake.select(Intake.id, Intake.workspace, Intake.next_attempt_at).order_by(Intake.next_attempt_at)
+
+
+def oldest_fetches() -> pw.Query:
+    """The oldest intakes due for a fetch (parameters: now, how many)."""
+    query = due_fetches().where(Intake.next_attempt_at <= datetime.min).limit(1)
+    return query.for_update(skip_locked=True) if is_postgres() else query
+
+
 @kind
 class GraphFetches(Jobs):
     """Pending intakes (Meta's) whose lead is fetched from the Graph API."""
@@ -74,17 +88,18 @@ class GraphFetches(Jobs):
         self.base = deliverer.config["connectors"]["meta_graph_url"]
         self.where = destination(self.base)
 
-    def due(self, now, rows, full_workspaces, holding, leaving):
+    def oldest(self, now, rows):
+        found = database.execute_sql(statement(oldest_fetches), [Intake.next_attempt_at.db_value(now), rows])
+        return [(intake_id, workspace, self.where, Intake.next_attempt_at.python_value(due))
+                for intake_id, workspace, due in found.fetchall()]
+
+    def due(self, now, rows, full_workspaces, holding):
         if holding[self.where] >= self.deliverer.settings["per_host"]:
             return []
-        # The partial index intake_due holds exactly the intakes with a fetch scheduled.
-        query = (Intake.select(Intake.id, Intake.workspace, Intake.next_attempt_at)
-                 .where((Intake.next_attempt_at <= now) & Intake.workspace.not_in(full_workspaces)
-                        & Intake.id.not_in(leaving))
-                 .order_by(Intake.next_attempt_at).limit(rows))
+        query = due_fetches().where((Intake.next_attempt_at <= now) & Intake.workspace.not_in(full_workspaces))
         if is_postgres():   # another process's claim is left to it
             query = query.for_update(skip_locked=True)
-        return [(intake_id, workspace, self.where, due) for intake_id, workspace, due in query.tuples()]
+        return [(intake_id, workspace, self.where, due) for intake_id, workspace, due in query.limit(rows).tuples()]
 
     def lease(self, ids, now, lease_until):
         return list(Intake.update(next_attempt_at=lease_until, attempts=Intake.attempts + 1)
