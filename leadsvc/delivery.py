@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import peewee as pw
 
 from . import events
-from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, statement, transaction
+from .db import NO_KEY_UPDATE, UNAVAILABLE_ERRORS, database, for_update, is_postgres, read_rows, statement, transaction
 from .models import Delivery, Event, Webhook, utcnow
 from .outbound import Answer, Sender, operator_settings
 
@@ -155,21 +155,18 @@ class WebhookDeliveries(Jobs):
         self.destinations: dict[int, tuple] = {}
 
     def oldest(self, now, rows):
-        return self.with_destinations(database.execute_sql(statement(oldest_deliveries),
-                                                    [Delivery.next_attempt_at.db_value(now), rows]).fetchall())
+        return self.with_destinations(read_rows(DUE_COLUMNS, statement(oldest_deliveries),
+                                                [Delivery.next_attempt_at.db_value(now), rows]))
 
     def due(self, now, rows, full_workspaces, holding):
         per_host = self.deliverer.settings["per_host"]
         full_hooks = [hook for hook, where in self.destinations.items() if holding[where] >= per_host]
-        query = (due_deliveries().where((Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
-                                        & Webhook.id.not_in(full_hooks)).limit(rows))
-        if is_postgres():   # another process's claim is left to it
-            query = query.for_update(of=Delivery, skip_locked=True)
-        return self.with_destinations(query.tuples())
+        return self.with_destinations(due_deliveries().where(
+            (Delivery.next_attempt_at <= now) & Webhook.workspace.not_in(full_workspaces)
+            & Webhook.id.not_in(full_hooks)).limit(rows).tuples())
 
     def with_destinations(self, found: Any) -> list[tuple]:
-        """(delivery id, webhook id, workspace id, URL, due at) rows as claims take them, each
-        webhook's destination parsed once."""
+        """Rows of DUE_COLUMNS as claims take them, each webhook's destination parsed once."""
         if len(self.destinations) > 100_000:   # webhooks come and go: forget, and learn again
             self.destinations.clear()
             self.deliverer.forget_quick()
@@ -178,7 +175,7 @@ class WebhookDeliveries(Jobs):
             where = self.destinations.get(hook)
             if where is None:
                 where = self.destinations[hook] = destination(url)
-            rows.append((delivery_id, workspace, where, Delivery.next_attempt_at.python_value(due)))
+            rows.append((delivery_id, workspace, where, due))
         return rows
 
     def lease(self, ids, now, lease_until):
@@ -254,16 +251,19 @@ class WebhookDeliveries(Jobs):
         return delivery.state
 
 
+DUE_COLUMNS = (Delivery.id, Webhook.id, Webhook.workspace, Webhook.url, Delivery.next_attempt_at)
+
+
 def due_deliveries() -> pw.Query:
-    """Due deliveries oldest first, with where each goes, for a claim to narrow."""
-    return (Delivery.select(Delivery.id, Webhook.id, Webhook.workspace, Webhook.url, Delivery.next_attempt_at)
-            .join(Webhook).order_by(Delivery.next_attempt_at))
+    """Deliveries oldest first, with where each goes, for a claim to narrow to the due ones."""
+    query = Delivery.select(*DUE_COLUMNS).join(Webhook).order_by(Delivery.next_attempt_at)
+    # On PostgreSQL the rows a claim reads are locked, and another process's claim is left to it.
+    return query.for_update(of=Delivery, skip_locked=True) if is_postgres() else query
 
 
 def oldest_deliveries() -> pw.Query:
     """The oldest due deliveries (parameters: now, how many)."""
-    query = due_deliveries().where(Delivery.next_attempt_at <= datetime.min).limit(1)
-    return query.for_update(of=Delivery, skip_locked=True) if is_postgres() else query
+    return due_deliveries().where(Delivery.next_attempt_at <= datetime.min).limit(1)
 
 
 # --- the deliverer ---------------------------------------------------------------------------

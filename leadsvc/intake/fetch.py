@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 import peewee as pw
 
 from .. import intake
-from ..db import database, for_update, is_postgres, statement, transaction
+from ..db import for_update, is_postgres, read_rows, statement, transaction
 from ..delivery import Claimed, Jobs, destination, kind, next_delay
 from ..models import Connector, Intake
 from ..outbound import Answer
@@ -67,16 +67,20 @@ def read_lead(answer: Answer) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
+DUE_COLUMNS = (Intake.id, Intake.workspace, Intake.next_attempt_at)
+
+
 def due_fetches() -> pw.Query:
-    """Intakes due for a fetch, oldest first (the partial index intake_due holds exactly those
-    with a fetch scheduled)."""
-    return Intake.select(Intake.id, Intake.workspace, Intake.next_attempt_at).order_by(Intake.next_attempt_at)
+    """Intakes with a fetch scheduled, oldest first (the partial index intake_due holds exactly
+    those), for a claim to narrow to the due ones."""
+    query = Intake.select(*DUE_COLUMNS).order_by(Intake.next_attempt_at)
+    # On PostgreSQL the rows a claim reads are locked, and another process's claim is left to it.
+    return query.for_update(skip_locked=True) if is_postgres() else query
 
 
 def oldest_fetches() -> pw.Query:
     """The oldest intakes due for a fetch (parameters: now, how many)."""
-    query = due_fetches().where(Intake.next_attempt_at <= datetime.min).limit(1)
-    return query.for_update(skip_locked=True) if is_postgres() else query
+    return due_fetches().where(Intake.next_attempt_at <= datetime.min).limit(1)
 
 
 @kind
@@ -89,16 +93,13 @@ class GraphFetches(Jobs):
         self.where = destination(self.base)
 
     def oldest(self, now, rows):
-        found = database.execute_sql(statement(oldest_fetches), [Intake.next_attempt_at.db_value(now), rows])
-        return [(intake_id, workspace, self.where, Intake.next_attempt_at.python_value(due))
-                for intake_id, workspace, due in found.fetchall()]
+        found = read_rows(DUE_COLUMNS, statement(oldest_fetches), [Intake.next_attempt_at.db_value(now), rows])
+        return [(intake_id, workspace, self.where, due) for intake_id, workspace, due in found]
 
     def due(self, now, rows, full_workspaces, holding):
         if holding[self.where] >= self.deliverer.settings["per_host"]:
             return []
         query = due_fetches().where((Intake.next_attempt_at <= now) & Intake.workspace.not_in(full_workspaces))
-        if is_postgres():   # another process's claim is left to it
-            query = query.for_update(skip_locked=True)
         return [(intake_id, workspace, self.where, due) for intake_id, workspace, due in query.limit(rows).tuples()]
 
     def lease(self, ids, now, lease_until):
